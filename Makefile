@@ -1,0 +1,29 @@
+# Two entry points that work on a fresh machine with Python 3.11 and make.
+PYTHON ?= python3.11
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[torch,dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m triage.demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check triage tools tests bench
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	$(BIN)/python bench/hang_latency.py
+
+clean:
+	rm -rf $(VENV) build dist
