@@ -1,5 +1,5 @@
 # Two entry points that work on a fresh machine with Python 3.11 and make.
-PYTHON ?= python3.11
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed

@@ -1,0 +1,1 @@
+"""Evidence tools shipped with triage: one module per source, loaded by triage.registry."""

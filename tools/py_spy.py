@@ -1,0 +1,136 @@
+"""Python stacks of live ranks, read with py-spy, all ranks at once.
+
+py-spy pauses a process for a few milliseconds to read its stacks; it never changes
+it. Ranks are dumped in parallel so 64 ranks take about as long as one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from triage.models import Evidence, Gap
+from triage.observations import RankState
+from triage.registry import ToolError, ToolOutput, tool
+from triage.stacks import classify, frames_from_py_spy, pick_main_thread
+from triage.text import bound_text
+
+INSTALL_HINT = "install py-spy (`pip install py-spy`, it ships the binary) or put it on PATH"
+PTRACE_HINT = (
+    "py-spy needs ptrace: run as root or the job's user, add CAP_SYS_PTRACE to the "
+    "container (docker --cap-add SYS_PTRACE), or set kernel.yama.ptrace_scope=0"
+)
+MAX_WORKERS = 32
+
+
+@dataclass
+class Dump:
+    pid: int
+    threads: list[dict[str, object]] | None = None
+    error: str | None = None
+    hint: str | None = None
+
+
+def find_py_spy() -> str:
+    """The py-spy binary: on PATH, or beside this interpreter (a venv not on PATH)."""
+    found = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+    if not found:
+        raise ToolError("py-spy is not installed", INSTALL_HINT)
+    return found
+
+
+def _explain(pid: int, stderr: str) -> tuple[str, str | None]:
+    text = stderr.strip().splitlines()
+    last = text[-1] if text else "py-spy failed without a message"
+    lowered = stderr.lower()
+    if "permission denied" in lowered or "operation not permitted" in lowered:
+        return f"pid {pid}: permission denied", PTRACE_HINT
+    if "no such process" in lowered or "failed to find process" in lowered or not os.path.exists(f"/proc/{pid}"):
+        return f"pid {pid}: process is gone", None
+    if "python" in lowered and ("failed to find" in lowered or "not a python" in lowered):
+        return f"pid {pid}: not a Python process (or its interpreter is unsupported)", None
+    return f"pid {pid}: {last[:200]}", None
+
+
+def dump_one(binary: str, pid: int, with_locals: bool, timeout_s: float) -> Dump:
+    cmd = [binary, "dump", "--pid", str(pid), "--json"] + (["--locals"] if with_locals else [])
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        return Dump(pid, error=f"pid {pid}: py-spy dump timed out after {timeout_s:g}s",
+                    hint="the process may be in uninterruptible sleep (D state); retry, or raise --timeout")
+    if done.returncode != 0:
+        error, hint = _explain(pid, done.stderr)
+        return Dump(pid, error=error, hint=hint)
+    try:
+        threads = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        return Dump(pid, error=f"pid {pid}: py-spy printed no JSON")
+    return Dump(pid, threads=threads if isinstance(threads, list) else [])
+
+
+def _spawn_index(state: RankState) -> int | None:
+    """mp.spawn passes the rank as `i` to torch.multiprocessing.spawn._wrap."""
+    for frame in state.frames:
+        if frame.function.endswith("_wrap") and "multiprocessing/spawn" in frame.file:
+            value = frame.locals.get("i", "")
+            return int(value) if value.isdigit() else None
+    return None
+
+
+def format_stack(state: RankState) -> str:
+    lines = [f"Thread {state.thread or '?'} of pid {state.pid} (rank {state.rank}):"]
+    for frame in state.frames:
+        lines.append(f"  {frame.function} ({frame.file}:{frame.line})")
+    return bound_text("\n".join(lines), 3000)
+
+
+@tool(name="dump_stacks")
+def dump_stacks(
+    pids: list[int],
+    ranks_by_pid: dict[int, int] | None = None,
+    with_locals: bool = True,
+    timeout_s: float = 10.0,
+) -> ToolOutput:
+    """Dump every rank's Python stacks with py-spy, in parallel, and classify each rank:
+    which collective or point-to-point op it blocks in, and at which user-code line."""
+    binary = find_py_spy()
+    ranks_by_pid = ranks_by_pid or {}
+    host = socket.gethostname()
+    with ThreadPoolExecutor(max_workers=min(MAX_WORKERS, max(1, len(pids)))) as pool:
+        dumps = list(pool.map(lambda pid: dump_one(binary, pid, with_locals, timeout_s), pids))
+    evidence: list[Evidence] = []
+    gaps: list[Gap] = []
+    for dump in dumps:
+        rank = ranks_by_pid.get(dump.pid)
+        if dump.threads is None:
+            gaps.append(Gap(source=f"pid:{dump.pid}", reason=dump.error or "no stack", hint=dump.hint, tool="dump_stacks"))
+            continue
+        main = pick_main_thread(dump.threads)
+        frames = frames_from_py_spy(main) if main else []
+        active = bool(main.get("active")) if main else None
+        state = classify(frames, pid=dump.pid, rank=rank, host=host, active=active,
+                         thread=str(main.get("thread_name") or "") if main else "")
+        if state.rank is None:
+            state.rank = _spawn_index(state)
+        who = f"rank{state.rank}" if state.rank is not None else f"pid{dump.pid}"
+        where = f" at {state.user_frame.location()}" if state.user_frame else ""
+        evidence.append(
+            Evidence(
+                id=f"stack:{who}",
+                kind="stack",
+                source=f"pid:{dump.pid}",
+                rank=state.rank,
+                summary=f"{who.replace('rank', 'rank ')}: {state.describe()}{where}",
+                data=state.model_dump(mode="json"),
+                excerpt=format_stack(state),
+            )
+        )
+    return ToolOutput(evidence=evidence, gaps=gaps)

@@ -1,0 +1,284 @@
+"""The `triage` command: a thin shell over the engine.
+
+Heavy modules are imported inside commands, so `triage hang` starts fast and never
+imports torch or an LLM SDK. Reports go to stdout; diagnostics go to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+
+import typer
+
+if TYPE_CHECKING:
+    from triage.models import Report
+
+app = typer.Typer(
+    name="triage",
+    help="Root-cause triage for hung, failing or diverging distributed PyTorch jobs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+tools_app = typer.Typer(help="List and run evidence tools.", no_args_is_help=True)
+playbooks_app = typer.Typer(help="List and read playbooks.", no_args_is_help=True)
+rules_app = typer.Typer(help="List the rules and the cause IDs they emit.", no_args_is_help=True)
+skill_app = typer.Typer(help="Install the triage agent skill.", no_args_is_help=True)
+app.add_typer(tools_app, name="tools")
+app.add_typer(playbooks_app, name="playbooks")
+app.add_typer(rules_app, name="rules")
+app.add_typer(skill_app, name="skill")
+
+_plugin_dirs: list[Path] = []
+
+
+class UsageError(Exception):
+    """A user-facing failure: printed as one line, exit code 2."""
+
+
+class Format(str, Enum):
+    terminal = "terminal"
+    markdown = "markdown"
+    json = "json"
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    typer.echo(f"triage: error: {message}", err=True)
+    sys.exit(code)
+
+
+def _load() -> None:
+    from triage.plugins import load_all
+
+    try:
+        load_all(_plugin_dirs)
+    except (ImportError, FileNotFoundError, ValueError, SyntaxError) as exc:
+        raise UsageError(f"cannot load plugins: {exc}") from exc
+
+
+def emit(report: Report, fmt: Format) -> None:
+    """Print the report in the chosen format; JSON is exactly one document on stdout."""
+    if fmt is Format.json:
+        from triage.render import render_json
+
+        sys.stdout.write(render_json(report) + "\n")
+    elif fmt is Format.markdown:
+        from triage.render.markdown import render_markdown
+
+        sys.stdout.write(render_markdown(report))
+    else:
+        from rich.console import Console
+
+        from triage.render.terminal import print_report
+
+        print_report(report, Console(width=min(Console().width, 120)))
+
+
+def _split_ints(values: list[str], what: str) -> list[int]:
+    out = []
+    for value in values:
+        for part in value.replace(",", " ").split():
+            if not part.isdigit():
+                raise UsageError(f"{what} must be process ids, got {part!r}")
+            out.append(int(part))
+    return out
+
+
+@app.callback()
+def main_options(
+    plugins: Annotated[
+        list[Path] | None,
+        typer.Option("--plugins", help="Directory of extra tool/rule modules and playbooks (repeatable)."),
+    ] = None,
+) -> None:
+    """Root-cause triage for distributed PyTorch jobs: hangs, comm errors, OOM, wrong results."""
+    _plugin_dirs[:] = list(plugins or [])
+
+
+@app.command()
+def hang(
+    pid_args: Annotated[list[str] | None, typer.Argument(metavar="[PID]...", help="More pids.")] = None,
+    pids: Annotated[list[str] | None, typer.Option("--pids", help="Rank process ids.")] = None,
+    launcher_pid: Annotated[
+        int | None, typer.Option("--launcher-pid", help="torchrun / mp.spawn parent pid.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    fmt: Annotated[Format, typer.Option("--format", help="Report format.")] = Format.terminal,
+    timeout: Annotated[float, typer.Option(help="Seconds per py-spy dump.")] = 10.0,
+) -> None:
+    """Diagnose a hung job from its live rank processes (py-spy stacks of every rank)."""
+    from triage.engine import triage
+    from triage.playbooks import get_playbook
+
+    all_pids = _split_ints((pids or []) + (pid_args or []), "--pids")
+    if not all_pids and launcher_pid is None:
+        raise UsageError("give the job's processes: --pids PID... or --launcher-pid PID")
+    _load()
+    playbook = get_playbook("hang", _plugin_dirs)
+    targets: dict[str, Any] = {"pids": all_pids, "launcher_pid": launcher_pid, "timeout_s": timeout}
+    report = triage(playbook, targets)
+    emit(report, Format.json if as_json else fmt)
+    if not report.evidence:
+        typer.echo("triage: error: no evidence could be gathered (see gaps)", err=True)
+        raise typer.Exit(1)
+
+
+@app.command()
+def demo(
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    scenario: Annotated[str, typer.Option(help="Built-in scenario to run.")] = "mismatched_collective",
+) -> None:
+    """Launch a real 4-rank gloo job with a planted bug, wait until it hangs, triage it."""
+    from triage.demo import run_demo
+
+    _load()
+    run_demo(scenario, lambda report: emit(report, Format.json if as_json else Format.terminal))
+
+
+@tools_app.command("list")
+def tools_list(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Every registered tool with its description and input schema."""
+    from triage.registry import REGISTRY
+
+    _load()
+    specs = REGISTRY.all()
+    if as_json:
+        payload = [
+            {"name": s.name, "description": s.description, "input_schema": s.input_schema()}
+            for s in specs
+        ]
+        typer.echo(json.dumps(payload, indent=2))
+        return
+    for spec in specs:
+        params = ", ".join(sorted(spec.parameter_names()))
+        typer.echo(f"{spec.name}({params})\n    {spec.description}")
+
+
+@tools_app.command("run")
+def tools_run(
+    name: Annotated[str, typer.Argument(help="Tool name, see `triage tools list`.")],
+    params: Annotated[
+        list[str] | None, typer.Argument(metavar="[KEY=VALUE]...", help="Tool inputs; values are JSON or text.")
+    ] = None,
+    params_json: Annotated[str | None, typer.Option("--params-json", help="All inputs as one JSON object.")] = None,
+) -> None:
+    """Run one tool and print its result and evidence as JSON."""
+    from triage.registry import REGISTRY
+
+    _load()
+    arguments: dict[str, Any] = {}
+    if params_json:
+        try:
+            arguments = json.loads(params_json)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"--params-json is not valid JSON: {exc}") from exc
+    for item in params or []:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise UsageError(f"tool inputs are KEY=VALUE, got {item!r}")
+        try:
+            arguments[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            arguments[key] = raw
+    if name not in REGISTRY:
+        raise UsageError(f"unknown tool {name!r}; see `triage tools list`")
+    run = REGISTRY.run(name, arguments)
+    payload = {
+        "result": run.result.model_dump(mode="json"),
+        "evidence": [e.model_dump(mode="json") for e in run.evidence],
+        "gaps": [g.model_dump(mode="json") for g in run.gaps],
+    }
+    typer.echo(json.dumps(payload, indent=2))
+    if run.result.status.value == "error":
+        typer.echo(f"triage: error: {run.result.error}", err=True)
+        raise typer.Exit(1)
+
+
+@playbooks_app.command("list")
+def playbooks_list() -> None:
+    """Every playbook: name, symptom and what it is for."""
+    from triage.playbooks import load_playbooks
+
+    for playbook in load_playbooks(_plugin_dirs).values():
+        typer.echo(f"{playbook.name:<14} {playbook.title}\n{'':<14} {playbook.summary}")
+
+
+@playbooks_app.command("show")
+def playbooks_show(name: str) -> None:
+    """A playbook's steps, the tools it runs and the causes it decides between."""
+    from triage.playbooks import get_playbook
+
+    playbook = get_playbook(name, _plugin_dirs)
+    typer.echo(f"# {playbook.title}\n")
+    typer.echo("Tools, in order:")
+    for step in playbook.steps:
+        typer.echo(f"  - {step.tool}: {step.why}")
+    typer.echo(f"Causes decided: {', '.join(playbook.causes)}\n")
+    typer.echo(playbook.body)
+
+
+@rules_app.command("list")
+def rules_list(
+    cause: Annotated[str, typer.Option(help="Only causes matching this glob, e.g. 'hang.*'.")] = "*",
+    brief: Annotated[bool, typer.Option("--brief", help="One line per rule.")] = False,
+) -> None:
+    """Each rule with the cause ID it emits and its documentation."""
+    from triage.rulebook import DOC_SECTIONS, select
+    from triage.taxonomy import CAUSES
+
+    _load()
+    rules = select([cause])
+    for rule in rules:
+        typer.echo(f"{rule.cause_id}  [{rule.id}]  {rule.title}")
+        if brief:
+            continue
+        typer.echo(f"  cause: {CAUSES[rule.cause_id]}")
+        for section in DOC_SECTIONS:
+            body = rule.doc.get(section, "").replace("\n", "\n    ")
+            typer.echo(f"  {section}:\n    {body}")
+        typer.echo("")
+    if not rules:
+        raise UsageError(f"no rule emits a cause matching {cause!r}")
+
+
+@skill_app.command("install")
+def skill_install(
+    agent: Annotated[str, typer.Option(help="claude, codex, gemini, cursor or all.")] = "claude",
+    project: Annotated[bool, typer.Option("--project", help="Into this project's agent folder.")] = False,
+    user: Annotated[bool, typer.Option("--user", help="Into your home agent folder (default).")] = False,
+    target: Annotated[Path | None, typer.Option(help="Install under this skills directory instead.")] = None,
+) -> None:
+    """Install the triage skill (SKILL.md and what it references) for coding agents."""
+    from triage.skill import install_skill
+
+    if project and user:
+        raise UsageError("choose one of --project and --user")
+    try:
+        installed = install_skill(agent=agent, scope="project" if project else "user", target=target)
+    except (ValueError, OSError) as exc:
+        raise UsageError(str(exc)) from exc
+    for path in installed:
+        typer.echo(f"installed {path}")
+
+
+def main() -> None:
+    """Entry point: user-facing failures are one line and a non-zero exit, never a traceback."""
+    from triage.playbooks import PlaybookError
+
+    try:
+        app()
+    except UsageError as exc:
+        fail(str(exc))
+    except PlaybookError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        fail("interrupted", 130)
+    except Exception as exc:  # the last line of defence: no traceback for users
+        if os.environ.get("TRIAGE_DEBUG"):
+            raise
+        fail(f"internal error: {type(exc).__name__}: {exc} (set TRIAGE_DEBUG=1 for a traceback)", 1)

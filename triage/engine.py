@@ -1,0 +1,90 @@
+"""The triage loop: playbook steps -> tools -> evidence -> rules -> ranked report.
+
+Data flows one way. The engine knows no tool or rule by name: the playbook says
+which tools run with which context, and which cause IDs' rules decide.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from triage.grouping import group_ranks
+from triage.models import Evidence, Finding, Gap, Report
+from triage.playbooks import Playbook
+from triage.registry import REGISTRY, Registry
+from triage.rulebook import EvidenceSet, run_rules, select
+from triage.taxonomy import CAUSES
+
+
+def gather(
+    playbook: Playbook, targets: dict[str, Any], registry: Registry = REGISTRY
+) -> Report:
+    """Run the playbook's tools in order; each may add context for the steps after it."""
+    report = Report(symptom=playbook.symptom, playbook=playbook.name, targets=targets)
+    context = {k: v for k, v in targets.items() if v not in (None, [], "")}
+    for step in playbook.steps:
+        if any(key not in context for key in step.needs):
+            continue
+        spec_params = registry.get(step.tool).parameter_names() if step.tool in registry else set()
+        params = {k: v for k, v in context.items() if k in spec_params} | step.args
+        run = registry.run(step.tool, params)
+        report.tool_runs.append(run.result)
+        report.evidence += run.evidence
+        report.gaps += run.gaps
+        context.update(run.context)
+    return report
+
+
+def decide(playbook: Playbook, report: Report) -> Report:
+    """Apply the playbook's rules to the gathered evidence and rank what they found."""
+    evidence = EvidenceSet(report.evidence)
+    findings: list[Finding] = []
+    try:
+        findings = [finding for _, finding in run_rules(select(playbook.causes), evidence)]
+    except Exception as exc:  # a rule bug must not lose the evidence already gathered
+        report.notes.append(f"rule evaluation failed: {type(exc).__name__}: {exc}")
+    if not findings and playbook.fallback_cause:
+        findings.append(_fallback(playbook, report))
+    report.hypotheses = rank(findings)
+    report.rank_groups = group_ranks(evidence)
+    report.next_steps = _next_steps(playbook, report.hypotheses, report.gaps)
+    return report
+
+
+def triage(playbook: Playbook, targets: dict[str, Any], registry: Registry = REGISTRY) -> Report:
+    return decide(playbook, gather(playbook, targets, registry))
+
+
+def rank(findings: list[Finding]) -> list[Finding]:
+    """Best first; one hypothesis per cause, the most confident one."""
+    best: dict[str, Finding] = {}
+    for finding in findings:
+        kept = best.get(finding.cause_id)
+        if kept is None or finding.confidence > kept.confidence:
+            best[finding.cause_id] = finding
+    return sorted(best.values(), key=lambda f: (-f.confidence, f.cause_id))
+
+
+def _fallback(playbook: Playbook, report: Report) -> Finding:
+    cause = playbook.fallback_cause or f"{playbook.symptom}.unknown"
+    seen = f"{len(report.evidence)} evidence items" if report.evidence else "no evidence"
+    return Finding(
+        rule_id="engine.fallback",
+        cause_id=cause,
+        title=CAUSES.get(cause, cause),
+        summary=f"No rule matched ({seen}, {len(report.gaps)} gaps); the cause is not visible yet.",
+        confidence=0.1,
+        evidence=[e.id for e in report.evidence[:20]],
+        fix="Gather the evidence the next steps name and run triage again.",
+    )
+
+
+def _next_steps(playbook: Playbook, findings: list[Finding], gaps: list[Gap]) -> list[str]:
+    steps = [f"Fix for the top hypothesis: {findings[0].fix}"] if findings and findings[0].fix else []
+    steps += [gap.hint for gap in gaps if gap.hint and gap.hint not in steps]
+    steps += [s for s in playbook.next_steps if s not in steps]
+    return steps
+
+
+def evidence_by_id(report: Report) -> dict[str, Evidence]:
+    return {e.id: e for e in report.evidence}

@@ -1,0 +1,52 @@
+"""The markdown report, for pasting into an incident ticket."""
+
+from __future__ import annotations
+
+from triage.models import Report
+from triage.render import confidence_label
+from triage.text import format_ranks
+
+
+def render_markdown(report: Report) -> str:
+    out = [f"# triage {report.symptom} report", ""]
+    verdict = report.verdict
+    if verdict:
+        out += [
+            f"**Verdict:** `{verdict.cause_id}` ({confidence_label(verdict.confidence)}): {verdict.title}",
+            "",
+            verdict.summary,
+            "",
+            f"- **Ranks:** {format_ranks(verdict.ranks) if verdict.ranks else 'n/a'}",
+            f"- **Where:** `{verdict.location}`" if verdict.location else "- **Where:** unknown",
+            f"- **Fix:** {verdict.fix}",
+            "",
+        ]
+    else:
+        out += ["**Verdict:** none (see gaps and next steps)", ""]
+    if len(report.hypotheses) > 1:
+        out += ["## Other hypotheses", "", "| # | cause | confidence | ranks | title |", "|---|---|---|---|---|"]
+        for i, f in enumerate(report.hypotheses[1:], start=2):
+            ranks = format_ranks(f.ranks) if f.ranks else ""
+            out.append(f"| {i} | `{f.cause_id}` | {confidence_label(f.confidence)} | {ranks} | {f.title} |")
+        out.append("")
+    if report.rank_groups:
+        out += ["## Ranks by state", "", "| ranks | state | where |", "|---|---|---|"]
+        for g in report.rank_groups:
+            who = format_ranks(g.ranks) if g.ranks else ", ".join(f"pid {p}" for p in g.pids)
+            out.append(f"| {who} | {g.state} | {f'`{g.location}`' if g.location else g.detail} |")
+        out.append("")
+    if report.evidence:
+        out += ["## Evidence", ""]
+        for e in report.evidence:
+            out.append(f"- `{e.id}`: {e.summary}")
+        excerpts = [e for e in report.evidence if e.excerpt and e.id in (verdict.evidence if verdict else [])]
+        for e in excerpts[:4]:
+            out += ["", f"<details><summary>{e.id}</summary>", "", "```", e.excerpt or "", "```", "</details>"]
+        out.append("")
+    if report.gaps:
+        out += ["## Gaps", ""] + [f"- {g.source}: {g.reason}" + (f" ({g.hint})" if g.hint else "") for g in report.gaps] + [""]
+    if report.next_steps:
+        out += ["## Next steps", ""] + [f"1. {s}" for s in report.next_steps] + [""]
+    out += ["## Tool runs", "", "| tool | status | seconds |", "|---|---|---|"]
+    out += [f"| {r.tool} | {r.status.value} | {r.duration_s:.2f} |" for r in report.tool_runs]
+    return "\n".join(out) + "\n"

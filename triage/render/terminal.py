@@ -1,0 +1,103 @@
+"""The terminal report: the verdict first, then ranks grouped by state, then the evidence."""
+
+from __future__ import annotations
+
+from rich.console import Console, Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from triage.models import Finding, Location, Report
+from triage.render import confidence_label, short_path
+from triage.text import format_ranks
+
+MAX_EVIDENCE_LINES = 12
+
+
+def _where(location: Location | None) -> str:
+    if location is None:
+        return "unknown"
+    line = f":{location.line}" if location.line is not None else ""
+    func = f" in {location.function}" if location.function else ""
+    return f"{location.file}{line}{func}"
+
+
+def _verdict(finding: Finding | None, symptom: str) -> RenderableType:
+    if finding is None:
+        return Panel(Text("No hypothesis: see gaps and next steps."), title=f"triage {symptom}")
+    body = Text()
+    body.append(f"{finding.cause_id}", style="bold red")
+    body.append(f"  confidence {confidence_label(finding.confidence)}\n", style="dim")
+    body.append(f"{finding.title}\n", style="bold")
+    body.append(f"{finding.summary}\n")
+    if finding.ranks:
+        body.append("Ranks: ", style="bold")
+        body.append(f"{format_ranks(finding.ranks)}\n")
+    body.append("Where: ", style="bold")
+    body.append(f"{_where(finding.location)}\n")
+    if finding.fix:
+        body.append("Fix: ", style="bold green")
+        body.append(finding.fix)
+    return Panel(body, title=f"triage {symptom}: verdict", title_align="left", border_style="red")
+
+
+def _groups(report: Report) -> RenderableType | None:
+    if not report.rank_groups:
+        return None
+    table = Table(title="Ranks by state", title_justify="left", expand=False, show_edge=False)
+    table.add_column("ranks", no_wrap=True)
+    table.add_column("state")
+    table.add_column("where", overflow="fold")
+    for group in report.rank_groups:
+        who = format_ranks(group.ranks) if group.ranks else ""
+        if group.pids:
+            who = (who + " " if who else "") + "pid " + ",".join(map(str, group.pids[:4]))
+        loc = group.location
+        where = f"{short_path(loc.file)}:{loc.line}" if loc else group.detail
+        table.add_row(who, group.state, where)
+    return table
+
+
+def _others(report: Report) -> RenderableType | None:
+    if len(report.hypotheses) < 2:
+        return None
+    table = Table(title="Other hypotheses", title_justify="left", show_edge=False)
+    table.add_column("#")
+    table.add_column("cause")
+    table.add_column("conf")
+    table.add_column("ranks")
+    table.add_column("title", overflow="fold")
+    for index, finding in enumerate(report.hypotheses[1:], start=2):
+        table.add_row(str(index), finding.cause_id, confidence_label(finding.confidence),
+                      format_ranks(finding.ranks) if finding.ranks else "", finding.title)
+    return table
+
+
+def _bullets(title: str, lines: list[str], style: str = "") -> RenderableType | None:
+    if not lines:
+        return None
+    text = Text(f"{title}\n", style="bold")
+    for line in lines:
+        text.append(f"  - {line}\n", style=style)
+    return text
+
+
+def build(report: Report) -> Group:
+    evidence = [e.summary for e in report.evidence[:MAX_EVIDENCE_LINES]]
+    if len(report.evidence) > MAX_EVIDENCE_LINES:
+        evidence.append(f"... {len(report.evidence) - MAX_EVIDENCE_LINES} more (use --json or --format markdown)")
+    gaps = [f"{g.source}: {g.reason}" + (f" ({g.hint})" if g.hint else "") for g in report.gaps]
+    parts = [
+        _verdict(report.verdict, report.symptom),
+        _groups(report),
+        _others(report),
+        _bullets("Evidence", evidence, "dim"),
+        _bullets("Gaps (not seen)", gaps, "yellow"),
+        _bullets("Next steps", report.next_steps),
+        _bullets("Notes", report.notes, "dim"),
+    ]
+    return Group(*[p for p in parts if p is not None])
+
+
+def print_report(report: Report, console: Console | None = None) -> None:
+    (console or Console()).print(build(report))

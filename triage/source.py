@@ -1,0 +1,87 @@
+"""Reading the user's source to tell loops and rank-dependent branches apart.
+
+A line number alone cannot say whether a rank left the training loop or took a
+rank-dependent branch inside it; the source can. Files are only read, never
+changed, and a missing file (another host) just means no answer.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+MAX_SOURCE_BYTES = 2_000_000
+_RANKISH = re.compile(r"rank|is_main|main_process|is_master|local_rank|get_rank|master", re.I)
+
+
+@dataclass(frozen=True)
+class Block:
+    start: int
+    end: int
+    text: str
+
+
+@functools.lru_cache(maxsize=256)
+def _module(path: str) -> tuple[ast.Module, str] | None:
+    try:
+        file = Path(path)
+        if not file.is_file() or file.stat().st_size > MAX_SOURCE_BYTES:
+            return None
+        source = file.read_text(encoding="utf-8", errors="replace")
+        return ast.parse(source), source
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
+def _enclosing(path: str, line: int, kinds: tuple[type[ast.AST], ...]) -> list[ast.AST]:
+    parsed = _module(path)
+    if parsed is None:
+        return []
+    found = []
+    for node in ast.walk(parsed[0]):
+        if isinstance(node, kinds):
+            start, end = node.lineno, getattr(node, "end_lineno", None) or node.lineno
+            if start <= line <= end:
+                found.append(node)
+    return sorted(found, key=lambda n: -n.lineno)
+
+
+def innermost_loop(path: str, line: int) -> Block | None:
+    """The innermost for/while loop of the function holding `line`."""
+    function = innermost_function(path, line)
+    for node in _enclosing(path, line, (ast.For, ast.AsyncFor, ast.While)):
+        if function and not function.start <= node.lineno <= function.end:
+            continue
+        return _block(path, node)
+    return None
+
+
+def innermost_function(path: str, line: int) -> Block | None:
+    nodes = _enclosing(path, line, (ast.FunctionDef, ast.AsyncFunctionDef))
+    return _block(path, nodes[0]) if nodes else None
+
+
+def rank_condition(path: str, line: int) -> Block | None:
+    """The innermost `if` around `line` whose test depends on the rank, if any."""
+    parsed = _module(path)
+    if parsed is None:
+        return None
+    for node in _enclosing(path, line, (ast.If,)):
+        assert isinstance(node, ast.If)
+        test = ast.get_source_segment(parsed[1], node.test) or ""
+        if _RANKISH.search(test):
+            return Block(node.lineno, node.end_lineno or node.lineno, f"if {test}:")
+    return None
+
+
+def source_available(path: str) -> bool:
+    return _module(path) is not None
+
+
+def _block(path: str, node: ast.AST) -> Block:
+    parsed = _module(path)
+    first = parsed[1].splitlines()[node.lineno - 1].strip() if parsed else ""  # type: ignore[attr-defined]
+    return Block(node.lineno, getattr(node, "end_lineno", None) or node.lineno, first)  # type: ignore[attr-defined]

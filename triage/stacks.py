@@ -1,0 +1,236 @@
+"""Reading a rank's Python stack: which op it blocks in, and which user line got it there.
+
+Works on frames from any source (py-spy dumps today, Flight Recorder frames and
+tracebacks later), so the classification lives in the engine, not in a tool.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from triage.observations import Frame, RankActivity, RankState
+
+COLLECTIVE_OPS = frozenset(
+    {
+        "all_reduce", "all_reduce_coalesced", "all_reduce_multigpu", "broadcast",
+        "broadcast_object_list", "barrier", "monitored_barrier", "all_gather",
+        "all_gather_into_tensor", "_all_gather_base", "all_gather_object",
+        "all_gather_coalesced", "reduce", "reduce_scatter", "reduce_scatter_tensor",
+        "_reduce_scatter_base", "all_to_all", "all_to_all_single", "gather",
+        "gather_object", "scatter", "scatter_object_list",
+    }
+)  # fmt: skip
+P2P_OPS = frozenset(
+    {"send", "recv", "isend", "irecv", "batch_isend_irecv", "send_object_list",
+     "recv_object_list", "P2POp"}
+)  # fmt: skip
+GROUP_SETUP_OPS = frozenset(
+    {
+        "init_process_group", "new_group", "new_subgroups", "new_subgroups_by_enumeration",
+        "split_group", "init_device_mesh", "DeviceMesh.__init__", "_store_based_barrier",
+        "_new_process_group_helper", "rendezvous", "_create_c10d_store",
+        "_init_process_groups", "_get_or_create_default_group",
+    }
+)  # fmt: skip
+EXIT_OPS = frozenset({"destroy_process_group", "_exit_function", "_run_exitfuncs", "shutdown"})
+
+_TORCH = re.compile(r"(^|/)(torch|torchgen|functorch)/")
+_SITE = re.compile(r"/(site|dist)-packages/")
+_STDLIB = re.compile(r"(/lib/python3\.\d+/|^<frozen |^<string>$)")
+_DIST = re.compile(r"(^|/)torch/distributed/")
+_DATA = re.compile(r"(^|/)torch/utils/data/|(^|/)multiprocessing/(queues|connection)\.py$")
+_IO = re.compile(r"(^|/)torch/serialization\.py$|(^|/)(shutil|tempfile|pickle)\.py$")
+_LOCKS = re.compile(r"(^|/)(threading|queue|concurrent/futures/_base)\.py$")
+_DEBUGGER = re.compile(r"(^|/)(pdb|bdb|debugpy/|pydevd)")
+_BACKWARD = frozenset({"_engine_run_backward", "backward"})
+
+
+def is_torch(path: str) -> bool:
+    return bool(_TORCH.search(path))
+
+
+def is_stdlib(path: str) -> bool:
+    return bool(_STDLIB.search(path)) and not _SITE.search(path)
+
+
+def is_user_code(path: str) -> bool:
+    """User code: neither torch, the standard library, nor an installed package."""
+    return not (is_torch(path) or is_stdlib(path) or _SITE.search(path))
+
+
+def _op_name(frame: Frame) -> str:
+    """`_exception_logger.<locals>.wrapper` wraps c10d ops; the bare name is what matters."""
+    return frame.function.rsplit(".", 1)[-1] if "." in frame.function else frame.function
+
+
+def frames_from_py_spy(thread: dict[str, Any]) -> list[Frame]:
+    """py-spy's JSON frames (innermost first) as our Frames, keeping scalar locals only."""
+    frames = []
+    for raw in thread.get("frames") or []:
+        local_reprs = {
+            str(var.get("name")): str(var.get("repr"))[:120]
+            for var in raw.get("locals") or []
+            if var.get("arg") and var.get("repr") is not None
+        }
+        frames.append(
+            Frame(
+                function=str(raw.get("name", "?")),
+                file=str(raw.get("filename", "?")),
+                line=raw.get("line"),
+                locals=local_reprs,
+            )
+        )
+    return frames
+
+
+def pick_main_thread(threads: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The thread that tells the rank's story: one in a distributed op, else MainThread."""
+    if not threads:
+        return None
+    for thread in threads:
+        if any(_DIST.search(str(f.get("filename", ""))) for f in thread.get("frames") or []):
+            if _is_user_driven(thread):
+                return thread
+    for thread in threads:
+        if thread.get("thread_name") == "MainThread":
+            return thread
+    return threads[0]
+
+
+def _is_user_driven(thread: dict[str, Any]) -> bool:
+    """Background torch threads (watchdogs, pin-memory) have no user frames."""
+    return any(is_user_code(str(f.get("filename", ""))) for f in thread.get("frames") or [])
+
+
+def _int_local(frame: Frame, *names: str) -> int | None:
+    for name in names:
+        value = frame.locals.get(name)
+        if value is not None and re.fullmatch(r"-?\d+", value):
+            return int(value)
+    return None
+
+
+def _group_of(frame: Frame) -> str | None:
+    if "group" not in frame.locals and "pg" not in frame.locals:
+        return None
+    value = frame.locals.get("group", frame.locals.get("pg"))
+    if value in ("None", "GroupMember.WORLD"):
+        return "default"
+    return "subgroup"
+
+
+def classify(
+    frames: Sequence[Frame],
+    *,
+    pid: int,
+    rank: int | None,
+    host: str = "",
+    active: bool | None = None,
+    thread: str = "",
+) -> RankState:
+    """Name what the rank is doing from its innermost frames outwards."""
+    user_frames = [f for f in frames if is_user_code(f.file)]
+    non_torch = [f for f in frames if not is_torch(f.file) and not is_stdlib(f.file)]
+    user_frame = (user_frames or non_torch or [None])[0]
+    state = RankState(
+        rank=rank,
+        pid=pid,
+        host=host,
+        activity=RankActivity.unknown,
+        user_frame=user_frame,
+        call_path=list(reversed(user_frames or non_torch)),
+        frames=list(frames[:64]),
+        thread=thread,
+    )
+    if not frames:
+        state.detail = "no Python frames"
+        return state
+    found = _find_activity(frames, active)
+    state.activity, state.op, state.detail, op_frame = found
+    if op_frame is not None:
+        state.group = _group_of(op_frame)
+        if state.activity is RankActivity.p2p:
+            state.peer = _int_local(op_frame, "dst", "src", "group_dst", "group_src", "peer")
+    return state
+
+
+def _find_activity(
+    frames: Sequence[Frame], active: bool | None
+) -> tuple[RankActivity, str | None, str, Frame | None]:
+    # The outermost c10d API frame is the op the user called (all_gather_object calls
+    # all_gather inside); scan from the user side inwards.
+    outermost_first = list(reversed(frames))
+    for frame in outermost_first:
+        if not _DIST.search(frame.file):
+            continue
+        name = _op_name(frame)
+        if name in GROUP_SETUP_OPS:
+            return RankActivity.group_setup, name, f"in {frame.function}", frame
+        if name in P2P_OPS:
+            return RankActivity.p2p, name, f"in {frame.function}", frame
+        if name in COLLECTIVE_OPS:
+            return RankActivity.collective, name, f"in {frame.function}", frame
+        if name in EXIT_OPS:
+            return RankActivity.exiting, name, f"in {frame.function}", frame
+    innermost = frames[0]
+    if _DIST.search(innermost.file):
+        return RankActivity.collective, _op_name(innermost), f"inside {innermost.file}", innermost
+    if _op_name(innermost) in _BACKWARD and is_torch(innermost.file) and active is False:
+        return (
+            RankActivity.collective,
+            "backward",
+            "idle in autograd backward: gradient all-reduce hooks (DDP/FSDP) wait here",
+            innermost,
+        )
+    for frame in frames:
+        if _DEBUGGER.search(frame.file):
+            return RankActivity.debugger, None, f"in debugger ({frame.function})", frame
+        if _op_name(frame) in EXIT_OPS:
+            return RankActivity.exiting, _op_name(frame), f"in {frame.function}", frame
+    if any(_DATA.search(f.file) for f in frames):
+        return RankActivity.data_loading, None, "in data loading", None
+    if _IO.search(innermost.file):
+        return RankActivity.io, None, f"in {innermost.function}", None
+    if _LOCKS.search(innermost.file):
+        return RankActivity.lock, None, f"waiting in {innermost.function}", None
+    if active is False:
+        return RankActivity.idle, None, "idle outside any collective (sleep, I/O or input)", None
+    return RankActivity.compute, None, "running outside any collective", None
+
+
+@dataclass
+class StackNode:
+    """A node of the stack-prefix tree: ranks that share every frame down to here."""
+
+    frame: tuple[str, str, int | None] | None
+    ranks: set[int] = field(default_factory=set)
+    children: dict[tuple[str, str, int | None], StackNode] = field(default_factory=dict)
+
+
+def build_stack_tree(states: Iterable[RankState]) -> StackNode:
+    """Merge ranks' stacks from the outermost frame in, the way STAT-like tools do."""
+    root = StackNode(frame=None)
+    for state in states:
+        if state.rank is None:
+            continue
+        node = root
+        node.ranks.add(state.rank)
+        for frame in reversed(state.frames):
+            key = frame.key()
+            node = node.children.setdefault(key, StackNode(frame=key))
+            node.ranks.add(state.rank)
+    return root
+
+
+def divergence_point(root: StackNode) -> StackNode | None:
+    """The deepest frame every rank shares: below it, ranks took different paths."""
+    node, last = root, None
+    while len(node.children) == 1:
+        (node,) = node.children.values()
+        if node.ranks != root.ranks:
+            break
+        last = node
+    return last
