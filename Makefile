@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m triage.demo
+	$(BIN)/triage demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

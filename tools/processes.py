@@ -89,7 +89,9 @@ def read_process(pid: int, host: str) -> RankProcess:
         launcher=launcher,
         launcher_pid=launcher_pid,
         job_id=_job_id(env),
-        master=f"{env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')}" if env.get("MASTER_ADDR") else None,
+        master=f"{env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')}"
+        if env.get("MASTER_ADDR")
+        else None,
         status=status,
         cmdline=" ".join(_cmdline(proc))[:300],
         rank_source="env" if rank is not None else "unknown",
@@ -156,7 +158,9 @@ def _missing_ranks(processes: list[RankProcess], host: str) -> tuple[list[Missin
     )
     if single_host:
         reason = f"WORLD_SIZE is {world} and no live process on {host} holds this rank"
-        return [MissingRank(rank=r, world_size=world, scope="host", reason=reason) for r in absent], []
+        return [
+            MissingRank(rank=r, world_size=world, scope="host", reason=reason) for r in absent
+        ], []
     local_ranks = {p.local_rank for p in processes if p.local_rank is not None}
     missing_local = []
     if local_sizes and local_ranks:
@@ -197,7 +201,13 @@ def discover_ranks(pids: list[int] | None = None, launcher_pid: int | None = Non
         except psutil.NoSuchProcess:
             gaps.append(Gap(source=f"pid:{pid}", reason=f"pid {pid} does not exist (exited?)"))
         except psutil.AccessDenied:
-            gaps.append(Gap(source=f"pid:{pid}", reason="permission denied reading its environment", hint=PTRACE_HINT))
+            gaps.append(
+                Gap(
+                    source=f"pid:{pid}",
+                    reason="permission denied reading its environment",
+                    hint=PTRACE_HINT,
+                )
+            )
     job_ids = {p.job_id for p in processes if p.job_id}
     extra = _same_job_on_host(job_ids, {p.pid for p in processes}, host) if job_ids else []
     processes += extra

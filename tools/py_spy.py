@@ -52,7 +52,11 @@ def _explain(pid: int, stderr: str) -> tuple[str, str | None]:
     lowered = stderr.lower()
     if "permission denied" in lowered or "operation not permitted" in lowered:
         return f"pid {pid}: permission denied", PTRACE_HINT
-    if "no such process" in lowered or "failed to find process" in lowered or not os.path.exists(f"/proc/{pid}"):
+    if (
+        "no such process" in lowered
+        or "failed to find process" in lowered
+        or not os.path.exists(f"/proc/{pid}")
+    ):
         return f"pid {pid}: process is gone", None
     if "python" in lowered and ("failed to find" in lowered or "not a python" in lowered):
         return f"pid {pid}: not a Python process (or its interpreter is unsupported)", None
@@ -64,8 +68,11 @@ def dump_one(binary: str, pid: int, with_locals: bool, timeout_s: float) -> Dump
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
-        return Dump(pid, error=f"pid {pid}: py-spy dump timed out after {timeout_s:g}s",
-                    hint="the process may be in uninterruptible sleep (D state); retry, or raise --timeout")
+        return Dump(
+            pid,
+            error=f"pid {pid}: py-spy dump timed out after {timeout_s:g}s",
+            hint="the process may be in uninterruptible sleep (D state); retry, or raise --timeout",
+        )
     if done.returncode != 0:
         error, hint = _explain(pid, done.stderr)
         return Dump(pid, error=error, hint=hint)
@@ -111,13 +118,26 @@ def dump_stacks(
     for dump in dumps:
         rank = ranks_by_pid.get(dump.pid)
         if dump.threads is None:
-            gaps.append(Gap(source=f"pid:{dump.pid}", reason=dump.error or "no stack", hint=dump.hint, tool="dump_stacks"))
+            gaps.append(
+                Gap(
+                    source=f"pid:{dump.pid}",
+                    reason=dump.error or "no stack",
+                    hint=dump.hint,
+                    tool="dump_stacks",
+                )
+            )
             continue
         main = pick_main_thread(dump.threads)
         frames = frames_from_py_spy(main) if main else []
         active = bool(main.get("active")) if main else None
-        state = classify(frames, pid=dump.pid, rank=rank, host=host, active=active,
-                         thread=str(main.get("thread_name") or "") if main else "")
+        state = classify(
+            frames,
+            pid=dump.pid,
+            rank=rank,
+            host=host,
+            active=active,
+            thread=str(main.get("thread_name") or "") if main else "",
+        )
         if state.rank is None:
             state.rank = _spawn_index(state)
         who = f"rank{state.rank}" if state.rank is not None else f"pid{dump.pid}"

@@ -93,7 +93,9 @@ def _split_ints(values: list[str], what: str) -> list[int]:
 def main_options(
     plugins: Annotated[
         list[Path] | None,
-        typer.Option("--plugins", help="Directory of extra tool/rule modules and playbooks (repeatable)."),
+        typer.Option(
+            "--plugins", help="Directory of extra tool/rule modules and playbooks (repeatable)."
+        ),
     ] = None,
 ) -> None:
     """Root-cause triage for distributed PyTorch jobs: hangs, comm errors, OOM, wrong results."""
@@ -102,7 +104,9 @@ def main_options(
 
 @app.command()
 def hang(
-    pid_args: Annotated[list[str] | None, typer.Argument(metavar="[PID]...", help="More pids.")] = None,
+    pid_args: Annotated[
+        list[str] | None, typer.Argument(metavar="[PID]...", help="More pids.")
+    ] = None,
     pids: Annotated[list[str] | None, typer.Option("--pids", help="Rank process ids.")] = None,
     launcher_pid: Annotated[
         int | None, typer.Option("--launcher-pid", help="torchrun / mp.spawn parent pid.")
@@ -131,13 +135,19 @@ def hang(
 @app.command()
 def demo(
     as_json: Annotated[bool, typer.Option("--json")] = False,
-    scenario: Annotated[str, typer.Option(help="Built-in scenario to run.")] = "mismatched_collective",
+    scenario: Annotated[
+        str, typer.Option(help="Built-in scenario to run.")
+    ] = "mismatched_collective",
 ) -> None:
     """Launch a real 4-rank gloo job with a planted bug, wait until it hangs, triage it."""
-    from triage.demo import run_demo
+    from triage.demo import DemoError, run_demo
+    from triage.scenarios import ScenarioError
 
     _load()
-    run_demo(scenario, lambda report: emit(report, Format.json if as_json else Format.terminal))
+    try:
+        run_demo(scenario, lambda report: emit(report, Format.json if as_json else Format.terminal))
+    except (DemoError, ScenarioError, TimeoutError) as exc:
+        raise UsageError(f"demo failed: {str(exc).splitlines()[0]}") from exc
 
 
 @tools_app.command("list")
@@ -163,9 +173,12 @@ def tools_list(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
 def tools_run(
     name: Annotated[str, typer.Argument(help="Tool name, see `triage tools list`.")],
     params: Annotated[
-        list[str] | None, typer.Argument(metavar="[KEY=VALUE]...", help="Tool inputs; values are JSON or text.")
+        list[str] | None,
+        typer.Argument(metavar="[KEY=VALUE]...", help="Tool inputs; values are JSON or text."),
     ] = None,
-    params_json: Annotated[str | None, typer.Option("--params-json", help="All inputs as one JSON object.")] = None,
+    params_json: Annotated[
+        str | None, typer.Option("--params-json", help="All inputs as one JSON object.")
+    ] = None,
 ) -> None:
     """Run one tool and print its result and evidence as JSON."""
     from triage.registry import REGISTRY
@@ -224,7 +237,9 @@ def playbooks_show(name: str) -> None:
 
 @rules_app.command("list")
 def rules_list(
-    cause: Annotated[str, typer.Option(help="Only causes matching this glob, e.g. 'hang.*'.")] = "*",
+    cause: Annotated[
+        str, typer.Option(help="Only causes matching this glob, e.g. 'hang.*'.")
+    ] = "*",
     brief: Annotated[bool, typer.Option("--brief", help="One line per rule.")] = False,
 ) -> None:
     """Each rule with the cause ID it emits and its documentation."""
@@ -249,9 +264,15 @@ def rules_list(
 @skill_app.command("install")
 def skill_install(
     agent: Annotated[str, typer.Option(help="claude, codex, gemini, cursor or all.")] = "claude",
-    project: Annotated[bool, typer.Option("--project", help="Into this project's agent folder.")] = False,
-    user: Annotated[bool, typer.Option("--user", help="Into your home agent folder (default).")] = False,
-    target: Annotated[Path | None, typer.Option(help="Install under this skills directory instead.")] = None,
+    project: Annotated[
+        bool, typer.Option("--project", help="Into this project's agent folder.")
+    ] = False,
+    user: Annotated[
+        bool, typer.Option("--user", help="Into your home agent folder (default).")
+    ] = False,
+    target: Annotated[
+        Path | None, typer.Option(help="Install under this skills directory instead.")
+    ] = None,
 ) -> None:
     """Install the triage skill (SKILL.md and what it references) for coding agents."""
     from triage.skill import install_skill
@@ -259,7 +280,9 @@ def skill_install(
     if project and user:
         raise UsageError("choose one of --project and --user")
     try:
-        installed = install_skill(agent=agent, scope="project" if project else "user", target=target)
+        installed = install_skill(
+            agent=agent, scope="project" if project else "user", target=target
+        )
     except (ValueError, OSError) as exc:
         raise UsageError(str(exc)) from exc
     for path in installed:
@@ -268,6 +291,9 @@ def skill_install(
 
 def main() -> None:
     """Entry point: user-facing failures are one line and a non-zero exit, never a traceback."""
+    # pydantic scans every installed distribution for plugins on first use (~80 ms with
+    # torch installed); the CLI uses none, and start-up time is what on-call waits for.
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     from triage.playbooks import PlaybookError
 
     try:

@@ -16,14 +16,12 @@ from triage.rulebook import EvidenceSet, run_rules, select
 from triage.taxonomy import CAUSES
 
 
-def gather(
-    playbook: Playbook, targets: dict[str, Any], registry: Registry = REGISTRY
-) -> Report:
+def gather(playbook: Playbook, targets: dict[str, Any], registry: Registry = REGISTRY) -> Report:
     """Run the playbook's tools in order; each may add context for the steps after it."""
     report = Report(symptom=playbook.symptom, playbook=playbook.name, targets=targets)
     context = {k: v for k, v in targets.items() if v not in (None, [], "")}
     for step in playbook.steps:
-        if any(key not in context for key in step.needs):
+        if any(not context.get(key) for key in step.needs):
             continue
         spec_params = registry.get(step.tool).parameter_names() if step.tool in registry else set()
         params = {k: v for k, v in context.items() if k in spec_params} | step.args
@@ -80,7 +78,9 @@ def _fallback(playbook: Playbook, report: Report) -> Finding:
 
 
 def _next_steps(playbook: Playbook, findings: list[Finding], gaps: list[Gap]) -> list[str]:
-    steps = [f"Fix for the top hypothesis: {findings[0].fix}"] if findings and findings[0].fix else []
+    steps = (
+        [f"Fix for the top hypothesis: {findings[0].fix}"] if findings and findings[0].fix else []
+    )
     steps += [gap.hint for gap in gaps if gap.hint and gap.hint not in steps]
     steps += [s for s in playbook.next_steps if s not in steps]
     return steps

@@ -110,5 +110,5 @@ class RankState(Payload):
         if self.peer is not None:
             what += f" (peer {self.peer})"
         if self.group not in (None, "default"):
-            what += f" on {self.group} group"
+            what += f" on group {self.group}"
         return what

@@ -36,14 +36,14 @@ def _module(path: str) -> tuple[ast.Module, str] | None:
         return None
 
 
-def _enclosing(path: str, line: int, kinds: tuple[type[ast.AST], ...]) -> list[ast.AST]:
+def _enclosing(path: str, line: int, kinds: tuple[type[ast.stmt], ...]) -> list[ast.stmt]:
     parsed = _module(path)
     if parsed is None:
         return []
-    found = []
+    found: list[ast.stmt] = []
     for node in ast.walk(parsed[0]):
         if isinstance(node, kinds):
-            start, end = node.lineno, getattr(node, "end_lineno", None) or node.lineno
+            start, end = node.lineno, node.end_lineno or node.lineno
             if start <= line <= end:
                 found.append(node)
     return sorted(found, key=lambda n: -n.lineno)
@@ -81,7 +81,7 @@ def source_available(path: str) -> bool:
     return _module(path) is not None
 
 
-def _block(path: str, node: ast.AST) -> Block:
+def _block(path: str, node: ast.stmt) -> Block:
     parsed = _module(path)
-    first = parsed[1].splitlines()[node.lineno - 1].strip() if parsed else ""  # type: ignore[attr-defined]
-    return Block(node.lineno, getattr(node, "end_lineno", None) or node.lineno, first)  # type: ignore[attr-defined]
+    first = parsed[1].splitlines()[node.lineno - 1].strip() if parsed else ""
+    return Block(node.lineno, node.end_lineno or node.lineno, first)

@@ -91,9 +91,9 @@ def pick_main_thread(threads: Sequence[dict[str, Any]]) -> dict[str, Any] | None
     if not threads:
         return None
     for thread in threads:
-        if any(_DIST.search(str(f.get("filename", ""))) for f in thread.get("frames") or []):
-            if _is_user_driven(thread):
-                return thread
+        frames = thread.get("frames") or []
+        if any(_DIST.search(str(f.get("filename", ""))) for f in frames) and _is_user_driven(thread):
+            return thread
     for thread in threads:
         if thread.get("thread_name") == "MainThread":
             return thread
@@ -114,12 +114,11 @@ def _int_local(frame: Frame, *names: str) -> int | None:
 
 
 def _group_of(frame: Frame) -> str | None:
-    if "group" not in frame.locals and "pg" not in frame.locals:
-        return None
+    """'default' when the call passed no group; a resolved ProcessGroup object is opaque."""
     value = frame.locals.get("group", frame.locals.get("pg"))
     if value in ("None", "GroupMember.WORLD"):
         return "default"
-    return "subgroup"
+    return None
 
 
 def classify(
@@ -134,7 +133,8 @@ def classify(
     """Name what the rank is doing from its innermost frames outwards."""
     user_frames = [f for f in frames if is_user_code(f.file)]
     non_torch = [f for f in frames if not is_torch(f.file) and not is_stdlib(f.file)]
-    user_frame = (user_frames or non_torch or [None])[0]
+    chosen = user_frames or non_torch
+    user_frame = chosen[0] if chosen else None
     state = RankState(
         rank=rank,
         pid=pid,

@@ -24,10 +24,17 @@ def render_markdown(report: Report) -> str:
     else:
         out += ["**Verdict:** none (see gaps and next steps)", ""]
     if len(report.hypotheses) > 1:
-        out += ["## Other hypotheses", "", "| # | cause | confidence | ranks | title |", "|---|---|---|---|---|"]
+        out += [
+            "## Other hypotheses",
+            "",
+            "| # | cause | confidence | ranks | title |",
+            "|---|---|---|---|---|",
+        ]
         for i, f in enumerate(report.hypotheses[1:], start=2):
             ranks = format_ranks(f.ranks) if f.ranks else ""
-            out.append(f"| {i} | `{f.cause_id}` | {confidence_label(f.confidence)} | {ranks} | {f.title} |")
+            out.append(
+                f"| {i} | `{f.cause_id}` | {confidence_label(f.confidence)} | {ranks} | {f.title} |"
+            )
         out.append("")
     if report.rank_groups:
         out += ["## Ranks by state", "", "| ranks | state | where |", "|---|---|---|"]
@@ -39,12 +46,31 @@ def render_markdown(report: Report) -> str:
         out += ["## Evidence", ""]
         for e in report.evidence:
             out.append(f"- `{e.id}`: {e.summary}")
-        excerpts = [e for e in report.evidence if e.excerpt and e.id in (verdict.evidence if verdict else [])]
+        excerpts = [
+            e
+            for e in report.evidence
+            if e.excerpt and e.id in (verdict.evidence if verdict else [])
+        ]
         for e in excerpts[:4]:
-            out += ["", f"<details><summary>{e.id}</summary>", "", "```", e.excerpt or "", "```", "</details>"]
+            out += [
+                "",
+                f"<details><summary>{e.id}</summary>",
+                "",
+                "```",
+                e.excerpt or "",
+                "```",
+                "</details>",
+            ]
         out.append("")
     if report.gaps:
-        out += ["## Gaps", ""] + [f"- {g.source}: {g.reason}" + (f" ({g.hint})" if g.hint else "") for g in report.gaps] + [""]
+        out += (
+            ["## Gaps", ""]
+            + [
+                f"- {g.source}: {g.reason}" + (f" ({g.hint})" if g.hint else "")
+                for g in report.gaps
+            ]
+            + [""]
+        )
     if report.next_steps:
         out += ["## Next steps", ""] + [f"1. {s}" for s in report.next_steps] + [""]
     out += ["## Tool runs", "", "| tool | status | seconds |", "|---|---|---|"]

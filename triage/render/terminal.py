@@ -68,8 +68,13 @@ def _others(report: Report) -> RenderableType | None:
     table.add_column("ranks")
     table.add_column("title", overflow="fold")
     for index, finding in enumerate(report.hypotheses[1:], start=2):
-        table.add_row(str(index), finding.cause_id, confidence_label(finding.confidence),
-                      format_ranks(finding.ranks) if finding.ranks else "", finding.title)
+        table.add_row(
+            str(index),
+            finding.cause_id,
+            confidence_label(finding.confidence),
+            format_ranks(finding.ranks) if finding.ranks else "",
+            finding.title,
+        )
     return table
 
 
@@ -85,7 +90,9 @@ def _bullets(title: str, lines: list[str], style: str = "") -> RenderableType | 
 def build(report: Report) -> Group:
     evidence = [e.summary for e in report.evidence[:MAX_EVIDENCE_LINES]]
     if len(report.evidence) > MAX_EVIDENCE_LINES:
-        evidence.append(f"... {len(report.evidence) - MAX_EVIDENCE_LINES} more (use --json or --format markdown)")
+        evidence.append(
+            f"... {len(report.evidence) - MAX_EVIDENCE_LINES} more (use --json or --format markdown)"
+        )
     gaps = [f"{g.source}: {g.reason}" + (f" ({g.hint})" if g.hint else "") for g in report.gaps]
     parts = [
         _verdict(report.verdict, report.symptom),

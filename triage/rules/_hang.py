@@ -61,7 +61,9 @@ class HangView:
     @property
     def majority(self) -> StateGroup | None:
         waiting = self.waiting
-        return max(waiting, key=lambda g: (len(g.states), -min(g.ranks or [0]))) if waiting else None
+        return (
+            max(waiting, key=lambda g: (len(g.states), -min(g.ranks or [0]))) if waiting else None
+        )
 
     @property
     def live_count(self) -> int:

@@ -48,7 +48,10 @@ def mismatched_collective(evidence: EvidenceSet) -> Iterator[Finding]:
         return
     majority = max(blocked, key=lambda g: len(g.states))
     others = [g for g in blocked if g is not majority]
-    if any(past_the_loop(g.first, majority.first) or past_the_loop(majority.first, g.first) for g in others):
+    if any(
+        past_the_loop(g.first, majority.first) or past_the_loop(majority.first, g.first)
+        for g in others
+    ):
         return
     culprit = _culprit(majority, others)
     condition = _condition(culprit)
@@ -58,7 +61,11 @@ def mismatched_collective(evidence: EvidenceSet) -> Iterator[Finding]:
         if len(same_op) == 1
         else "different collectives"
     )
-    branch = f" Line {culprit.location.line} sits under `{condition.text}` (line {condition.start})." if condition and culprit.location else ""
+    branch = (
+        f" Line {culprit.location.line} sits under `{condition.text}` (line {condition.start})."
+        if condition and culprit.location
+        else ""
+    )
     confidence = (0.92 if condition else 0.8) * coverage_factor(view)
     yield Finding(
         rule_id="stacks.mismatched_collective",
@@ -84,7 +91,11 @@ def mismatched_collective(evidence: EvidenceSet) -> Iterator[Finding]:
 
 def _culprit(majority: StateGroup, others: list[StateGroup]) -> StateGroup:
     """The minority; among equals, the group whose call sits under a rank-dependent `if`."""
-    candidates = [majority, *others] if all(len(g.states) == len(majority.states) for g in others) else others
+    candidates = (
+        [majority, *others]
+        if all(len(g.states) == len(majority.states) for g in others)
+        else others
+    )
     conditional = [g for g in candidates if _condition(g)]
     pool = conditional or candidates
     return min(pool, key=lambda g: (len(g.states), g.ranks))

@@ -36,10 +36,19 @@ def no_culprit_visible(evidence: EvidenceSet) -> Iterator[Finding]:
     Flight Recorder (TORCH_FR_BUFFER_SIZE); NCCL_DEBUG.
     """
     view = hang_view(evidence)
-    if len(view.groups) != 1 or view.missing or not view.groups[0].waits or len(view.groups[0].states) < 2:
+    if (
+        len(view.groups) != 1
+        or view.missing
+        or not view.groups[0].waits
+        or len(view.groups[0].states) < 2
+    ):
         return
     group = view.groups[0]
-    unread = f" {view.unreadable} rank(s) could not be read and may be the culprit." if view.unreadable else ""
+    unread = (
+        f" {view.unreadable} rank(s) could not be read and may be the culprit."
+        if view.unreadable
+        else ""
+    )
     yield Finding(
         rule_id="stacks.no_culprit_visible",
         cause_id="hang.unknown",

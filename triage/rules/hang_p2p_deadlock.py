@@ -54,7 +54,10 @@ def p2p_deadlock(evidence: EvidenceSet) -> Iterator[Finding]:
         culprits, how, confidence = cycle, "each waits for a peer that waits in turn", 0.9
     elif len(p2p) >= 2 and len(kinds) == 1 and None not in kinds:
         culprits = sorted(s.rank for s in p2p if s.rank is not None)
-        how, confidence = f"all of them {kinds.pop()} first, so no {'send' if 'recv' in kinds else 'recv'} is ever posted", 0.8
+        how, confidence = (
+            f"all of them {kinds.pop()} first, so no {'send' if 'recv' in kinds else 'recv'} is ever posted",
+            0.8,
+        )
     else:
         return
     states = [by_rank[r] for r in culprits if r in by_rank] or p2p
@@ -90,26 +93,35 @@ def _kind(state: RankState) -> str | None:
 
 def _describe(state: RankState) -> str:
     loc = state.user_frame.location() if state.user_frame else None
-    peer = f"({'dst' if _kind(state) == 'send' else 'src'}={state.peer})" if state.peer is not None else ""
+    peer = (
+        f"({'dst' if _kind(state) == 'send' else 'src'}={state.peer})"
+        if state.peer is not None
+        else ""
+    )
     at = f" at {loc.file}:{loc.line}" if loc else ""
     return f"rank {state.rank} in {state.op}{peer}{at}"
 
 
-def _wait_cycle(p2p: list[RankState], by_rank: dict[int | None, RankState]) -> list[int]:
+def _wait_cycle(p2p: list[RankState], by_rank: dict[int, RankState]) -> list[int]:
     """Follow 'rank waits for peer' edges; a cycle of unmatched waits is a deadlock."""
-    waits_for = {}
+    waits_for: dict[int, int] = {}
     for state in p2p:
         peer = by_rank.get(state.peer) if state.peer is not None else None
-        if state.rank is None or peer is None:
+        if state.rank is None or peer is None or peer.rank is None:
             continue
-        matched = peer.activity is RankActivity.p2p and peer.peer == state.rank and _kind(peer) != _kind(state)
+        matched = (
+            peer.activity is RankActivity.p2p
+            and peer.peer == state.rank
+            and _kind(peer) != _kind(state)
+        )
         if not matched and peer.activity is RankActivity.p2p:
             waits_for[state.rank] = peer.rank
     for start in waits_for:
-        seen, node = [], start
+        seen: list[int] = []
+        node = start
         while node in waits_for and node not in seen:
             seen.append(node)
             node = waits_for[node]
         if node in seen:
-            return sorted(seen[seen.index(node):])
+            return sorted(seen[seen.index(node) :])
     return []

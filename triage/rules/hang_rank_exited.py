@@ -41,7 +41,10 @@ def rank_exited(evidence: EvidenceSet) -> Iterator[Finding]:
     torch.distributed elastic error files; `dmesg | grep -i oom` on the rank's host.
     """
     view = hang_view(evidence)
-    exited = sorted({m.rank for m in view.missing if m.rank is not None} | {p.rank for p in view.zombies if p.rank is not None})
+    exited = sorted(
+        {m.rank for m in view.missing if m.rank is not None}
+        | {p.rank for p in view.zombies if p.rank is not None}
+    )
     if not exited and not view.missing:
         return
     waiting = view.waiting
@@ -57,7 +60,9 @@ def rank_exited(evidence: EvidenceSet) -> Iterator[Finding]:
         ranks=exited,
         location=majority.location if majority else None,
         confidence=round((0.9 if all_wait else 0.65) * coverage_factor(view), 3),
-        evidence=view.missing_evidence + [f"process:{p.pid}" for p in view.zombies] + (majority.evidence[:3] if majority else []),
+        evidence=view.missing_evidence
+        + [f"process:{p.pid}" for p in view.zombies]
+        + (majority.evidence[:3] if majority else []),
         fix=(
             f"Find why {what} died: its own log or the launcher's exit report (exit code, signal, "
             "traceback); -9/SIGKILL usually means the host OOM killer. The waiting ranks are victims."

@@ -55,8 +55,11 @@ def rank_not_in_collective(evidence: EvidenceSet) -> Iterator[Finding]:
     if majority is None:
         return
     outliers = [
-        g for g in view.groups
-        if not g.waits and not is_exiting(g.first) and past_the_loop(g.first, majority.first) is not True
+        g
+        for g in view.groups
+        if not g.waits
+        and not is_exiting(g.first)
+        and past_the_loop(g.first, majority.first) is not True
     ]
     if not outliers:
         return
@@ -84,4 +87,3 @@ def rank_not_in_collective(evidence: EvidenceSet) -> Iterator[Finding]:
             "if it is legitimately long, raise the process-group timeout."
         ),
     )
-

@@ -10,17 +10,21 @@ from triage.rulebook import EvidenceSet, rule
 from triage.rules._hang import coverage_factor, hang_view
 from triage.text import format_ranks
 
-_WORLD_SETUP = {"init_process_group", "rendezvous", "_create_c10d_store", "_get_or_create_default_group"}
+_WORLD_SETUP = {
+    "init_process_group",
+    "rendezvous",
+    "_create_c10d_store",
+    "_get_or_create_default_group",
+}
 
 
 @rule("stacks.subgroup_mismatch", "hang.subgroup_mismatch")
 def subgroup_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
-    """Some ranks create a process group (or use a subgroup) that others never join.
+    """Some ranks create a process group that others never join.
 
     What it detects:
     Ranks blocked in new_group / new_subgroups / init_device_mesh / split_group while
-    other ranks are elsewhere; or ranks blocked in a collective on a subgroup while the
-    others are in a collective on the default group.
+    other ranks are elsewhere.
 
     Why it happens:
     `dist.new_group(ranks)` must be called by every rank of the world, in the same order,
@@ -28,8 +32,9 @@ def subgroup_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     collective on a subgroup hangs when a member skips it.
 
     Evidence:
-    py-spy stacks: the group-setup frame in torch/distributed on some ranks only; the
-    `group` argument (py-spy `--locals`) differs between blocked groups.
+    py-spy stacks: the group-setup frame in torch/distributed on some ranks only.
+    (A collective on a subgroup that a member skips needs the group's membership, which
+    Flight Recorder dumps carry and stacks do not.)
 
     Fix:
     Call new_group (and DeviceMesh construction) on all ranks in the same order, and pass
@@ -43,7 +48,11 @@ def subgroup_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     torch.distributed.new_group documentation.
     """
     view = hang_view(evidence)
-    setup = [g for g in view.groups if g.first.activity is RankActivity.group_setup and g.first.op not in _WORLD_SETUP]
+    setup = [
+        g
+        for g in view.groups
+        if g.first.activity is RankActivity.group_setup and g.first.op not in _WORLD_SETUP
+    ]
     others = [g for g in view.groups if g.first.activity is not RankActivity.group_setup]
     if setup and others:
         waiting = setup[0]
@@ -68,21 +77,3 @@ def subgroup_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
             ),
         )
         return
-    blocked = [g for g in view.waiting if g.first.activity is RankActivity.collective]
-    groups_seen = {g.first.group for g in blocked}
-    if "subgroup" in groups_seen and len(groups_seen) > 1:
-        sub = [g for g in blocked if g.first.group == "subgroup"]
-        rest = [g for g in blocked if g.first.group != "subgroup"]
-        culprit = min(sub + rest, key=lambda g: len(g.states))
-        yield Finding(
-            rule_id="stacks.subgroup_mismatch",
-            cause_id="hang.subgroup_mismatch",
-            title="ranks wait on different process groups",
-            summary="; ".join(f"{g.label} in {g.where()} on the {g.first.group or 'unknown'} group" for g in blocked[:4]) + ".",
-            ranks=culprit.ranks,
-            location=culprit.location,
-            other_locations=[g.location for g in blocked if g is not culprit and g.location],
-            confidence=round(0.7 * coverage_factor(view), 3),
-            evidence=[e for g in blocked for e in g.evidence[:2]],
-            fix="Make every member of the subgroup enter its collectives, in the same order as the others.",
-        )

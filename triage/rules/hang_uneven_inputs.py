@@ -68,7 +68,9 @@ def uneven_inputs(evidence: EvidenceSet) -> Iterator[Finding]:
             ),
             ranks=culprit.ranks,
             location=culprit.location,
-            other_locations=[g.location for g in (finished, running) if g is not culprit and g.location],
+            other_locations=[
+                g.location for g in (finished, running) if g is not culprit and g.location
+            ],
             confidence=round(confidence * coverage_factor(view), 3),
             evidence=finished.evidence[:3] + running.evidence[:3],
             fix=(

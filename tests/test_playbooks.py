@@ -1,0 +1,59 @@
+"""Playbooks parse, and the engine runs them end to end on tools and rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from triage.engine import triage
+from triage.playbooks import PlaybookError, get_playbook, load_playbooks, parse_playbook
+from triage.registry import REGISTRY
+from triage.rulebook import DOC_SECTIONS, RULES
+from triage.taxonomy import CAUSES
+
+
+def test_bundled_hang_playbook_names_registered_tools():
+    playbook = get_playbook("hang")
+    assert playbook.symptom == "hang"
+    assert [s.tool for s in playbook.steps] == ["discover_ranks", "dump_stacks"]
+    assert all(step.tool in REGISTRY for step in playbook.steps)
+    assert "## 1." in playbook.body
+
+
+def test_every_rule_has_a_known_cause_and_full_doc():
+    assert RULES
+    for rule in RULES.values():
+        assert rule.cause_id in CAUSES
+        assert all(rule.doc.get(section) for section in DOC_SECTIONS), rule.id
+
+
+def test_every_hang_cause_has_a_rule():
+    covered = {r.cause_id for r in RULES.values()}
+    wanted = {
+        "hang.mismatched_collective", "hang.rank_not_in_collective", "hang.rank_exited",
+        "hang.uneven_inputs", "hang.p2p_deadlock", "hang.subgroup_mismatch", "hang.unknown",
+    }  # fmt: skip
+    assert wanted <= covered
+
+
+def test_bad_front_matter_is_a_one_line_error(tmp_path: Path):
+    path = tmp_path / "bad.md"
+    path.write_text("+++\nname = 'x'\n+++\nbody")
+    with pytest.raises(PlaybookError, match="bad.md"):
+        parse_playbook(path)
+
+
+def test_user_playbook_overrides_and_readmes_are_skipped(tmp_path: Path):
+    (tmp_path / "README.md").write_text("# not a playbook")
+    source = get_playbook("hang").path
+    text = Path(source).read_text().replace('title = "Hang', 'title = "Site hang')
+    (tmp_path / "hang.md").write_text(text)
+    assert load_playbooks([tmp_path])["hang"].title.startswith("Site hang")
+
+
+def test_dead_pid_yields_a_gap_and_the_fallback_not_a_crash():
+    report = triage(get_playbook("hang"), {"pids": [2**22 + 12345]})
+    assert report.hypotheses[0].cause_id == "hang.unknown"
+    assert any("does not exist" in gap.reason for gap in report.gaps)
+    assert report.tool_runs[0].tool == "discover_ranks"

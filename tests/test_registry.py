@@ -1,0 +1,66 @@
+"""The registry turns every tool failure into a result, never an exception."""
+
+from __future__ import annotations
+
+from triage.models import Evidence, ToolStatus
+from triage.registry import Registry, ToolError, ToolOutput
+
+
+def make_registry() -> Registry:
+    registry = Registry()
+
+    def echo(count: int, label: str = "x") -> ToolOutput:
+        """Echo evidence."""
+        return ToolOutput(
+            evidence=[
+                Evidence(id=f"e{i}", kind="k", source="s", summary=label) for i in range(count)
+            ]
+        )
+
+    def refuses(path: str) -> ToolOutput:
+        raise ToolError(f"{path}: refused", hint="do something else")
+
+    def crashes() -> ToolOutput:
+        raise RuntimeError("boom\nsecond line")
+
+    registry.register(echo, "echo", "Echo evidence.")
+    registry.register(refuses, "refuses", "Refuses.")
+    registry.register(crashes, "crashes", "Crashes.")
+    return registry
+
+
+def test_ok_and_no_data():
+    registry = make_registry()
+    assert registry.run("echo", {"count": 2}).result.status is ToolStatus.ok
+    empty = registry.run("echo", {"count": 0})
+    assert empty.result.status is ToolStatus.no_data
+
+
+def test_schema_comes_from_the_signature():
+    schema = make_registry().get("echo").input_schema()
+    assert schema["required"] == ["count"]
+    assert schema["properties"]["count"]["type"] == "integer"
+
+
+def test_tool_error_becomes_gap_with_hint():
+    run = make_registry().run("refuses", {"path": "/x"})
+    assert run.result.status is ToolStatus.error
+    assert run.result.error == "/x: refused"
+    assert run.gaps[0].hint == "do something else"
+
+
+def test_invalid_input_and_unknown_tool_and_crash_are_one_line_errors():
+    registry = make_registry()
+    bad = registry.run("echo", {"count": "many"})
+    assert bad.result.status is ToolStatus.error and "invalid input" in (bad.result.error or "")
+    extra = registry.run("echo", {"count": 1, "nope": 2})
+    assert extra.result.status is ToolStatus.error
+    unknown = registry.run("nope", {})
+    assert "unknown tool" in (unknown.result.error or "")
+    crash = registry.run("crashes", {})
+    assert crash.result.error == "internal error: RuntimeError: boom"
+
+
+def test_output_is_bounded():
+    run = make_registry().run("echo", {"count": 3000, "label": "y" * 20})
+    assert len(run.result.output) < 5000

@@ -1,0 +1,115 @@
+"""Stack classification on hand-built frames shaped like py-spy's output."""
+
+from __future__ import annotations
+
+from triage.observations import Frame, RankActivity
+from triage.stacks import build_stack_tree, classify, divergence_point, is_user_code
+
+SITE = "/venv/lib/python3.11/site-packages"
+C10D = f"{SITE}/torch/distributed/distributed_c10d.py"
+LOGGER = f"{SITE}/torch/distributed/c10d_logger.py"
+
+
+def stack(*frames: tuple[str, str, int], **locals_: str) -> list[Frame]:
+    """Innermost first, like py-spy; locals go on the innermost frame."""
+    out = [Frame(function=f, file=p, line=n) for f, p, n in frames]
+    if out and locals_:
+        out[0].locals = dict(locals_)
+    return out
+
+
+def collective(op: str, user_line: int, **locals_: str) -> list[Frame]:
+    return stack(
+        (op, C10D, 2500),
+        ("_exception_logger.<locals>.wrapper", LOGGER, 81),
+        ("train", "/work/job/train.py", user_line),
+        ("main", "/work/job/train.py", 90),
+        ("<module>", "/work/job/train.py", 100),
+        **locals_,
+    )
+
+
+def test_collective_names_op_and_user_frame():
+    state = classify(collective("all_reduce", 42, group="None"), pid=1, rank=0)
+    assert state.activity is RankActivity.collective
+    assert state.op == "all_reduce"
+    assert state.group == "default"
+    assert state.user_frame is not None and state.user_frame.line == 42
+    assert [f.function for f in state.call_path] == ["<module>", "main", "train"]
+
+
+def test_p2p_reads_peer_from_locals():
+    state = classify(collective("recv", 10, src="1", group="None"), pid=1, rank=0)
+    assert state.activity is RankActivity.p2p
+    assert state.peer == 1
+
+
+def test_resolved_group_object_is_not_guessed():
+    sub = classify(
+        collective("all_reduce", 10, group="<torch._C._distributed_c10d.ProcessGroup at 0x7f>"),
+        pid=1,
+        rank=0,
+    )
+    assert sub.group is None
+
+
+def test_outermost_c10d_op_wins():
+    frames = stack(
+        ("all_gather", C10D, 3000),
+        ("all_gather_object", C10D, 2800),
+        ("gather_metrics", "/work/job/train.py", 12),
+    )
+    assert classify(frames, pid=1, rank=0).op == "all_gather_object"
+
+
+def test_new_group_is_group_setup():
+    frames = stack(
+        ("_store_based_barrier", C10D, 100), ("new_group", C10D, 200), ("setup", "/job/t.py", 5)
+    )
+    state = classify(frames, pid=1, rank=0)
+    assert state.activity is RankActivity.group_setup
+    assert state.op == "new_group"
+
+
+def test_idle_user_code_is_not_a_collective():
+    frames = stack(("slow_loader", "/work/job/train.py", 30), ("main", "/work/job/train.py", 60))
+    assert classify(frames, pid=1, rank=0, active=False).activity is RankActivity.idle
+    assert classify(frames, pid=1, rank=0, active=True).activity is RankActivity.compute
+
+
+def test_data_loading_and_debugger_frames():
+    loader = stack(
+        ("_MultiProcessingDataLoaderIter._next_data", f"{SITE}/torch/utils/data/dataloader.py", 1),
+        ("train", "/job/train.py", 3),
+    )
+    assert classify(loader, pid=1, rank=0).activity is RankActivity.data_loading
+    pdb = stack(("Pdb.interaction", "/usr/lib/python3.11/pdb.py", 1), ("train", "/job/train.py", 3))
+    assert classify(pdb, pid=1, rank=0).activity is RankActivity.debugger
+
+
+def test_idle_backward_counts_as_waiting_for_gradient_reduction():
+    frames = stack(
+        ("_engine_run_backward", f"{SITE}/torch/autograd/graph.py", 1),
+        ("Tensor.backward", f"{SITE}/torch/_tensor.py", 2),
+        ("train", "/job/train.py", 3),
+    )
+    assert classify(frames, pid=1, rank=0, active=False).activity is RankActivity.collective
+    assert classify(frames, pid=1, rank=0, active=True).activity is RankActivity.compute
+
+
+def test_user_code_excludes_torch_stdlib_and_site_packages():
+    assert is_user_code("/work/job/train.py")
+    assert not is_user_code(C10D)
+    assert not is_user_code("/usr/lib/python3.11/threading.py")
+    assert not is_user_code(f"{SITE}/accelerate/accelerator.py")
+
+
+def test_stack_tree_finds_divergence():
+    states = [classify(collective("all_reduce", 42), pid=r, rank=r) for r in range(3)]
+    states.append(classify(collective("broadcast", 45), pid=3, rank=3))
+    root = build_stack_tree(states)
+    assert root.ranks == {0, 1, 2, 3}
+    point = divergence_point(root)
+    assert point is not None and point.frame == ("main", "/work/job/train.py", 90)
+    split = {key[2]: node.ranks for key, node in point.children.items()}
+    assert split == {42: {0, 1, 2}, 45: {3}}
