@@ -26,7 +26,9 @@ def group_ranks(evidence: EvidenceSet) -> list[RankGroup]:
                 detail="see gaps",
             )
         )
-    missing = [m.rank for _, m in evidence.payloads("missing_rank", MissingRank) if m.rank is not None]
+    missing = [
+        m.rank for _, m in evidence.payloads("missing_rank", MissingRank) if m.rank is not None
+    ]
     if missing:
         groups.append(
             RankGroup(state="no live process", ranks=sorted(set(missing) - seen), detail="exited?")
