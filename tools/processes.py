@@ -7,6 +7,7 @@ host join the analysis, so `--pids` with one rank still sees the whole local job
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Iterable
 
@@ -121,8 +122,9 @@ def launcher_children(launcher_pid: int) -> list[int]:
 def _same_job_on_host(job_ids: set[str], known: set[int], host: str) -> list[RankProcess]:
     """Other ranks of the same job on this host that the user did not name."""
     found = []
-    for proc in psutil.process_iter(["pid", "name"]):
-        if proc.pid in known or "python" not in (proc.info.get("name") or "").lower():
+    me = os.getpid()
+    for proc in psutil.process_iter(["pid"]):  # torch renames ranks' threads: no name filter
+        if proc.pid in known or proc.pid == me:
             continue
         try:
             info = read_process(proc.pid, host)

@@ -49,6 +49,7 @@ CAUSES: dict[str, str] = {
     "comm.peer_failure": (
         "this rank failed because a remote rank died or reset the connection; root cause is on the peer"
     ),
+    "comm.unknown": "the symptom is visible but not its cause; the report says what is missing",
     "oom.fragmentation": (
         "much memory reserved but unallocated; allocator fragmentation (expandable_segments helps)"
     ),
@@ -64,6 +65,7 @@ CAUSES: dict[str, str] = {
     "oom.leak": "memory grows step over step (holding graphs or tensors across steps)",
     "oom.other_process": "another process holds the GPU's memory (stale job, zombie)",
     "oom.host": "host RAM or container limit (OOM killer, SIGKILL, dataloader workers)",
+    "oom.unknown": "the symptom is visible but not its cause; the report says what is missing",
     "wrong.unsynced_grads": (
         "gradients not reduced across ranks (no DDP/FSDP wrap, no_sync misuse, missing all_reduce) so replicas diverge"
     ),
@@ -84,6 +86,7 @@ CAUSES: dict[str, str] = {
         "loss/gradient scaled wrongly (sum vs mean, world size applied twice or never)"
     ),
     "wrong.nan": "NaN/Inf appear on some ranks",
+    "wrong.unknown": "the symptom is visible but not its cause; the report says what is missing",
     "config.world_size_mismatch": "mesh shape, WORLD_SIZE, nproc and node counts disagree",
     "config.device_assignment": (
         "wrong device per rank (CUDA_VISIBLE_DEVICES, LOCAL_RANK vs RANK, duplicate GPU)"
@@ -95,6 +98,7 @@ CAUSES: dict[str, str] = {
         "launcher and script disagree on arguments or env (--local-rank vs --local_rank, LOCAL_RANK env vs argv)"
     ),
     "config.env_missing": "required launcher env absent or inconsistent (MASTER_ADDR, RANK, ...)",
+    "config.unknown": "the symptom is visible but not its cause; the report says what is missing",
 }
 
 
