@@ -1,0 +1,25 @@
+"""The cause IDs in code are the ones the design's taxonomy lists: IDs are API."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.conftest import REPO
+from triage.taxonomy import CAUSES
+
+TAXONOMY = REPO.parent / "shared" / "design" / "taxonomy.md"
+
+
+@pytest.mark.skipif(not TAXONOMY.exists(), reason="design docs not beside the checkout")
+def test_every_documented_cause_id_exists():
+    documented = set(re.findall(r"^\| ([a-z]+\.[a-z0-9_]+) \|", TAXONOMY.read_text(), re.M))
+    assert documented, "taxonomy table not found"
+    assert documented <= set(CAUSES), sorted(documented - set(CAUSES))
+
+
+def test_cause_ids_are_family_dot_name():
+    for cause in CAUSES:
+        family, _, name = cause.partition(".")
+        assert family in {"hang", "comm", "oom", "wrong", "config"} and re.fullmatch(r"[a-z0-9_]+", name)
