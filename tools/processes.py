@@ -135,6 +135,12 @@ def _same_job_on_host(job_ids: set[str], known: set[int], host: str) -> list[Ran
     return [p for p in found if not _is_worker(p, found)]
 
 
+def _covers_world(processes: list[RankProcess]) -> bool:
+    """Every rank of the world is already in hand: no need to scan the host."""
+    sizes = {p.world_size for p in processes if p.world_size}
+    return len(sizes) == 1 and {p.rank for p in processes} >= set(range(sizes.pop()))
+
+
 def _is_worker(candidate: RankProcess, peers: Iterable[RankProcess]) -> bool:
     """A DataLoader worker inherits its rank's environment; it is not a rank itself."""
     try:
@@ -211,7 +217,9 @@ def discover_ranks(pids: list[int] | None = None, launcher_pid: int | None = Non
                 )
             )
     job_ids = {p.job_id for p in processes if p.job_id}
-    extra = _same_job_on_host(job_ids, {p.pid for p in processes}, host) if job_ids else []
+    extra = []
+    if job_ids and not _covers_world(processes):
+        extra = _same_job_on_host(job_ids, {p.pid for p in processes}, host)
     processes += extra
     processes.sort(key=lambda p: (p.rank is None, p.rank if p.rank is not None else p.pid))
     missing, scope_gaps = _missing_ranks(processes, host)

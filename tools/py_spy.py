@@ -19,7 +19,7 @@ from pathlib import Path
 from triage.models import Evidence, Gap
 from triage.observations import RankState
 from triage.registry import ToolError, ToolOutput, tool
-from triage.stacks import classify, frames_from_py_spy, pick_main_thread
+from triage.stacks import P2P_OPS, classify, frames_from_py_spy, pick_main_thread
 from triage.text import bound_text
 
 INSTALL_HINT = "install py-spy (`pip install py-spy`, it ships the binary) or put it on PATH"
@@ -83,6 +83,21 @@ def dump_one(binary: str, pid: int, with_locals: bool, timeout_s: float) -> Dump
     return Dump(pid, threads=threads if isinstance(threads, list) else [])
 
 
+def _dump_all(binary: str, pids: list[int], with_locals: bool, timeout_s: float) -> list[Dump]:
+    if not pids:
+        return []
+    with ThreadPoolExecutor(max_workers=min(MAX_WORKERS, len(pids))) as pool:
+        return list(pool.map(lambda pid: dump_one(binary, pid, with_locals, timeout_s), pids))
+
+
+def _needs_locals(dump: Dump, ranks_by_pid: dict[int, int]) -> bool:
+    if dump.pid not in ranks_by_pid:
+        return True
+    main = pick_main_thread(dump.threads or [])
+    names = {str(f.get("name", "")).rsplit(".", 1)[-1] for f in (main or {}).get("frames") or []}
+    return bool(names & P2P_OPS)
+
+
 def _spawn_index(state: RankState) -> int | None:
     """mp.spawn passes the rank as `i` to torch.multiprocessing.spawn._wrap."""
     for frame in state.frames:
@@ -107,12 +122,18 @@ def dump_stacks(
     timeout_s: float = 10.0,
 ) -> ToolOutput:
     """Dump every rank's Python stacks with py-spy, in parallel, and classify each rank:
-    which collective or point-to-point op it blocks in, and at which user-code line."""
+    which collective or point-to-point op it blocks in, and at which user-code line.
+    `with_locals` re-reads the ranks whose arguments matter (send/recv peers, unknown rank)."""
     binary = find_py_spy()
     ranks_by_pid = ranks_by_pid or {}
     host = socket.gethostname()
-    with ThreadPoolExecutor(max_workers=min(MAX_WORKERS, max(1, len(pids)))) as pool:
-        dumps = list(pool.map(lambda pid: dump_one(binary, pid, with_locals, timeout_s), pids))
+    dumps = _dump_all(binary, pids, False, timeout_s)
+    if with_locals:
+        # Locals cost a second read, so only ranks whose story needs them pay it:
+        # point-to-point peers (src/dst) and mp.spawn ranks with no RANK in their env.
+        again = [d.pid for d in dumps if d.threads is not None and _needs_locals(d, ranks_by_pid)]
+        redone = {d.pid: d for d in _dump_all(binary, again, True, timeout_s) if d.threads is not None}
+        dumps = [redone.get(d.pid, d) for d in dumps]
     evidence: list[Evidence] = []
     gaps: list[Gap] = []
     for dump in dumps:

@@ -38,19 +38,26 @@ class ToolOutput:
     text: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass
 class ToolSpec:
     name: str
     description: str
     func: Callable[..., ToolOutput]
-    input_model: type[BaseModel]
     module: str
+    _model: type[BaseModel] | None = None
+
+    @property
+    def input_model(self) -> type[BaseModel]:
+        """Built on first use: start-up time matters more than a few cached schemas."""
+        if self._model is None:
+            self._model = _input_model(self.name, self.func)
+        return self._model
 
     def input_schema(self) -> dict[str, Any]:
         return self.input_model.model_json_schema()
 
     def parameter_names(self) -> set[str]:
-        return set(self.input_model.model_fields)
+        return set(inspect.signature(self.func).parameters)
 
 
 @dataclass
@@ -85,7 +92,7 @@ class Registry:
     def register(self, func: Callable[..., ToolOutput], name: str, description: str) -> ToolSpec:
         if name in self._tools and self._tools[name].func is not func:
             raise ValueError(f"tool {name!r} is registered twice")
-        spec = ToolSpec(name, description, func, _input_model(name, func), func.__module__)
+        spec = ToolSpec(name, description, func, func.__module__)
         self._tools[name] = spec
         return spec
 
