@@ -47,8 +47,9 @@ def find_py_spy() -> str:
 
 
 def _explain(pid: int, stderr: str) -> tuple[str, str | None]:
-    text = stderr.strip().splitlines()
-    last = text[-1] if text else "py-spy failed without a message"
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    errors = [line.removeprefix("Error:").strip() for line in lines if line.startswith("Error:")]
+    last = (errors or lines or ["py-spy failed without a message"])[0]
     lowered = stderr.lower()
     if "permission denied" in lowered or "operation not permitted" in lowered:
         return f"pid {pid}: permission denied", PTRACE_HINT

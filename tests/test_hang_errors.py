@@ -1,0 +1,93 @@
+"""Every way a live dump can fail becomes a gap with a reason, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import triage_cli
+from triage.registry import REGISTRY
+
+SLEEPER = "import time\nwhile True:\n    time.sleep(0.05)\n"
+
+
+@pytest.fixture
+def python_sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen([sys.executable, "-c", SLEEPER])
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def native_sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen(["sleep", "600"])
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def run_hang(*pids: int, env: dict[str, str] | None = None, prefix: list[str] | None = None):
+    cmd = (prefix or []) + triage_cli("hang", "--json", "--pids", *map(str, pids))
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env, check=False)
+
+
+def test_not_a_python_process_is_a_gap(native_sleeper, python_sleeper):
+    done = run_hang(native_sleeper.pid, python_sleeper.pid)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    reasons = [g["reason"] for g in report["gaps"]]
+    assert any(f"pid {native_sleeper.pid}: not a Python process" in r for r in reasons), reasons
+    stacks = [e for e in report["evidence"] if e["kind"] == "stack"]
+    assert [e["source"] for e in stacks] == [f"pid:{python_sleeper.pid}"]  # the rest still covered
+
+
+def test_dump_timeout_is_a_gap(python_sleeper):
+    run = REGISTRY.run("dump_stacks", {"pids": [python_sleeper.pid], "timeout_s": 0.001})
+    assert "timed out" in run.gaps[0].reason
+    assert run.gaps[0].hint
+
+
+def test_missing_py_spy_says_how_to_install(python_sleeper, monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda *a, **k: None)
+    run = REGISTRY.run("dump_stacks", {"pids": [python_sleeper.pid]})
+    assert run.result.status.value == "error"
+    assert run.result.error == "py-spy is not installed"
+    assert "pip install py-spy" in (run.gaps[0].hint or "")
+
+
+def test_gone_pid_exits_1_with_one_line_and_the_report(tmp_path):
+    done = run_hang(2**22 + 4321)
+    assert done.returncode == 1
+    assert json.loads(done.stdout)["gaps"]  # the evidence gathered so far is still printed
+    assert done.stderr.strip().count("\n") == 0 and "Traceback" not in done.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to drop privileges")
+def test_permission_denied_names_ptrace_fix(python_sleeper):
+    prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    env = dict(os.environ, HOME="/tmp")
+    done = run_hang(python_sleeper.pid, env=env, prefix=prefix)
+    assert "Traceback" not in done.stderr
+    report = json.loads(done.stdout)
+    gaps = report["gaps"]
+    assert any("permission denied" in g["reason"] for g in gaps), gaps
+    assert any("CAP_SYS_PTRACE" in (g["hint"] or "") for g in gaps)
+
+
+def test_usage_errors_exit_2_without_traceback():
+    done = subprocess.run(triage_cli("hang"), capture_output=True, text=True, check=False)
+    assert done.returncode == 2
+    assert done.stderr.startswith("triage: error:") and "Traceback" not in done.stderr
+    bad = subprocess.run(triage_cli("hang", "--pids", "abc"), capture_output=True, text=True, check=False)
+    assert bad.returncode == 2 and "process ids" in bad.stderr
