@@ -73,7 +73,9 @@ def test_gone_pid_exits_1_with_one_line_and_the_report(tmp_path):
     assert done.stderr.strip().count("\n") == 0 and "Traceback" not in done.stderr
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to drop privileges")
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to drop privileges"
+)
 def test_permission_denied_names_ptrace_fix(python_sleeper):
     prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
     env = dict(os.environ, HOME="/tmp")
@@ -89,5 +91,7 @@ def test_usage_errors_exit_2_without_traceback():
     done = subprocess.run(triage_cli("hang"), capture_output=True, text=True, check=False)
     assert done.returncode == 2
     assert done.stderr.startswith("triage: error:") and "Traceback" not in done.stderr
-    bad = subprocess.run(triage_cli("hang", "--pids", "abc"), capture_output=True, text=True, check=False)
+    bad = subprocess.run(
+        triage_cli("hang", "--pids", "abc"), capture_output=True, text=True, check=False
+    )
     assert bad.returncode == 2 and "process ids" in bad.stderr

@@ -1,0 +1,163 @@
+"""Hang rules on hand-built evidence: one situation per rule, plus the grouping."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from triage.engine import decide
+from triage.models import Evidence, Report
+from triage.observations import Frame, MissingRank, RankProcess
+from triage.playbooks import get_playbook
+from triage.stacks import classify
+
+SITE = "/venv/lib/python3.11/site-packages"
+C10D = f"{SITE}/torch/distributed/distributed_c10d.py"
+
+TRAIN = """\
+import torch.distributed as dist
+
+
+def train(rank, batches, x):
+    for step in batches:
+        dist.all_reduce(x)
+        if rank == 0 and step == 3:
+            dist.broadcast(x, src=0)
+    dist.barrier()
+
+
+def main():
+    train(0, [], None)
+"""
+
+
+def state(rank: int, op: str | None, file: str, line: int, active: bool = False, **locals_: str):
+    frames = [
+        Frame(function="train", file=file, line=line),
+        Frame(function="main", file=file, line=13),
+    ]
+    if op:
+        frames.insert(0, Frame(function=op, file=C10D, line=100, locals=dict(locals_)))
+    return classify(frames, pid=1000 + rank, rank=rank, active=active)
+
+
+def report_of(*states, missing=(), processes=()) -> Report:
+    evidence = [
+        Evidence(
+            id=f"stack:rank{s.rank}",
+            kind="stack",
+            source=f"pid:{s.pid}",
+            rank=s.rank,
+            summary="",
+            data=s.model_dump(mode="json"),
+        )
+        for s in states
+    ]
+    evidence += [
+        Evidence(
+            id=f"missing:rank{m.rank}",
+            kind="missing_rank",
+            source="h",
+            summary="",
+            data=m.model_dump(),
+        )
+        for m in missing
+    ]
+    evidence += [
+        Evidence(id=f"process:{p.pid}", kind="process", source="h", summary="", data=p.model_dump())
+        for p in processes
+    ]
+    return decide(get_playbook("hang"), Report(symptom="hang", playbook="hang", evidence=evidence))
+
+
+def source(tmp_path: Path) -> str:
+    path = tmp_path / "train.py"
+    path.write_text(TRAIN)
+    return str(path)
+
+
+def test_conditional_collective_is_a_mismatch_with_its_branch(tmp_path):
+    f = source(tmp_path)
+    report = report_of(
+        state(0, "broadcast", f, 8), *(state(r, "all_reduce", f, 6) for r in (1, 2, 3))
+    )
+    top = report.hypotheses[0]
+    assert top.cause_id == "hang.mismatched_collective"
+    assert top.ranks == [0] and top.location and top.location.line == 8
+    assert "if rank == 0 and step == 3:" in top.summary
+    assert [g.ranks for g in report.rank_groups] == [[1, 2, 3], [0]]
+
+
+def test_rank_past_the_loop_is_uneven_inputs(tmp_path):
+    f = source(tmp_path)
+    report = report_of(
+        state(3, "barrier", f, 9), *(state(r, "all_reduce", f, 6) for r in (0, 1, 2))
+    )
+    top = report.hypotheses[0]
+    assert top.cause_id == "hang.uneven_inputs"
+    assert top.ranks == [3] and top.location and top.location.line == 9
+    assert "hang.mismatched_collective" not in [h.cause_id for h in report.hypotheses]
+
+
+def test_busy_rank_is_not_in_collective(tmp_path):
+    f = source(tmp_path)
+    report = report_of(
+        state(2, None, f, 5, active=True), *(state(r, "all_reduce", f, 6) for r in (0, 1, 3))
+    )
+    top = report.hypotheses[0]
+    assert top.cause_id == "hang.rank_not_in_collective"
+    assert top.ranks == [2] and top.location and top.location.line == 5
+
+
+def test_recv_recv_is_a_p2p_deadlock(tmp_path):
+    f = source(tmp_path)
+    report = report_of(state(0, "recv", f, 6, src="1"), state(1, "recv", f, 6, src="0"))
+    top = report.hypotheses[0]
+    assert top.cause_id == "hang.p2p_deadlock"
+    assert top.ranks == [0, 1]
+    assert "each waits for a peer" in top.summary.lower()
+
+
+def test_missing_rank_is_rank_exited(tmp_path):
+    f = source(tmp_path)
+    missing = [MissingRank(rank=3, world_size=4, scope="host", reason="gone")]
+    report = report_of(*(state(r, "all_reduce", f, 6) for r in (0, 1, 2)), missing=missing)
+    top = report.hypotheses[0]
+    assert top.cause_id == "hang.rank_exited"
+    assert top.ranks == [3] and top.confidence >= 0.85
+    assert report.rank_groups[-1].state == "no live process"
+
+
+def test_remote_ranks_are_not_called_exited(tmp_path):
+    f = source(tmp_path)
+    missing = [MissingRank(rank=9, world_size=16, scope="job", reason="other host")]
+    report = report_of(*(state(r, "all_reduce", f, 6) for r in (0, 1, 2)), missing=missing)
+    assert report.hypotheses[0].cause_id != "hang.rank_exited"
+
+
+def test_new_group_on_some_ranks_is_a_subgroup_mismatch(tmp_path):
+    f = source(tmp_path)
+    report = report_of(
+        state(1, "new_group", f, 6),
+        state(2, "new_group", f, 6),
+        state(0, "all_reduce", f, 8),
+        state(3, "all_reduce", f, 8),
+    )
+    top = report.hypotheses[0]
+    assert top.cause_id == "hang.subgroup_mismatch"
+    assert top.ranks == [0, 3]
+
+
+def test_everyone_in_one_place_is_unknown_with_next_steps(tmp_path):
+    f = source(tmp_path)
+    report = report_of(*(state(r, "all_reduce", f, 6) for r in range(4)))
+    assert report.hypotheses[0].cause_id == "hang.unknown"
+    assert any("Flight Recorder" in s for s in report.next_steps)
+
+
+def test_unreadable_ranks_lower_confidence(tmp_path):
+    f = source(tmp_path)
+    states = [state(0, "broadcast", f, 8), *(state(r, "all_reduce", f, 6) for r in (1, 2, 3))]
+    full = report_of(*states).hypotheses[0].confidence
+    unread = [RankProcess(pid=2000 + r, rank=r, world_size=8, host="h") for r in range(4, 8)]
+    partial = report_of(*states, processes=unread).hypotheses[0].confidence
+    assert partial < full
