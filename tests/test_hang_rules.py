@@ -161,3 +161,17 @@ def test_unreadable_ranks_lower_confidence(tmp_path):
     unread = [RankProcess(pid=2000 + r, rank=r, world_size=8, host="h") for r in range(4, 8)]
     partial = report_of(*states, processes=unread).hypotheses[0].confidence
     assert partial < full
+
+
+def test_4096_ranks_read_as_a_few_groups(tmp_path):
+    f = source(tmp_path)
+    states = [state(r, "all_reduce", f, 6) for r in range(4096) if r != 1234]
+    states.append(state(1234, "broadcast", f, 8))
+    report = report_of(*states)
+    assert [len(g.ranks) for g in report.rank_groups] == [4095, 1]
+    assert report.hypotheses[0].ranks == [1234]
+    from triage.grouping import merged_stacks
+    from triage.rulebook import EvidenceSet
+
+    lines = merged_stacks(EvidenceSet(report.evidence))
+    assert len(lines) == 3 and lines[1].lstrip().startswith("[0-1233,1235-4095]")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -41,7 +41,7 @@ class UsageError(Exception):
     """A user-facing failure: printed as one line, exit code 2."""
 
 
-class Format(str, Enum):
+class Format(StrEnum):
     terminal = "terminal"
     markdown = "markdown"
     json = "json"

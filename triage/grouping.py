@@ -5,6 +5,8 @@ from __future__ import annotations
 from triage.models import RankGroup
 from triage.observations import MissingRank, RankProcess, RankState
 from triage.rulebook import EvidenceSet
+from triage.stacks import build_stack_tree, render_stack_tree
+from triage.text import format_ranks
 
 
 def group_ranks(evidence: EvidenceSet) -> list[RankGroup]:
@@ -45,3 +47,11 @@ def _group_of_states(states: list[RankState]) -> RankGroup:
         detail=first.detail,
         location=first.user_frame.location() if first.user_frame else None,
     )
+
+
+def merged_stacks(evidence: EvidenceSet, limit: int = 40) -> list[str]:
+    """The stack-prefix tree of every rank read: where ranks share frames and where they split."""
+    states = [state for _, state in evidence.payloads("stack", RankState)]
+    if not states:
+        return []
+    return render_stack_tree(build_stack_tree(states), format_ranks, limit)

@@ -12,7 +12,7 @@ import inspect
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel
 
@@ -29,6 +29,7 @@ DOC_SECTIONS = (
 )
 
 P = TypeVar("P", bound=BaseModel)
+T = TypeVar("T")
 
 
 class EvidenceSet:
@@ -36,12 +37,22 @@ class EvidenceSet:
 
     def __init__(self, items: Iterable[Evidence]) -> None:
         self.items = list(items)
+        self._memo: dict[object, Any] = {}
 
     def of_kind(self, kind: str) -> list[Evidence]:
         return [e for e in self.items if e.kind == kind]
 
     def payloads(self, kind: str, model: type[P]) -> list[tuple[Evidence, P]]:
-        return [(e, model.model_validate(e.data)) for e in self.of_kind(kind)]
+        """Parsed once per set: every rule reads the same thousands of stacks."""
+        return self.derived(
+            (kind, model), lambda: [(e, model.model_validate(e.data)) for e in self.of_kind(kind)]
+        )
+
+    def derived(self, key: object, compute: Callable[[], T]) -> T:
+        """A view computed once from this evidence and shared by the rules that need it."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return cast(T, self._memo[key])
 
 
 Detector = Callable[[EvidenceSet], Iterable[Finding]]

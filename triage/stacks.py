@@ -7,7 +7,7 @@ tracebacks later), so the classification lives in the engine, not in a tool.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,7 +92,9 @@ def pick_main_thread(threads: Sequence[dict[str, Any]]) -> dict[str, Any] | None
         return None
     for thread in threads:
         frames = thread.get("frames") or []
-        if any(_DIST.search(str(f.get("filename", ""))) for f in frames) and _is_user_driven(thread):
+        if any(_DIST.search(str(f.get("filename", ""))) for f in frames) and _is_user_driven(
+            thread
+        ):
             return thread
     for thread in threads:
         if thread.get("thread_name") == "MainThread":
@@ -234,3 +236,42 @@ def divergence_point(root: StackNode) -> StackNode | None:
             break
         last = node
     return last
+
+
+def _is_wrapper(key: tuple[str, str, int | None]) -> bool:
+    """c10d's logging decorator sits on every collective; it says nothing."""
+    return key[1].endswith("c10d_logger.py")
+
+
+def _label(key: tuple[str, str, int | None]) -> str:
+    function, file, line = key
+    short = "/".join(file.split("/")[-2:]) if is_torch(file) else file.rsplit("/", 1)[-1]
+    return f"{function} ({short}:{line})"
+
+
+def render_stack_tree(
+    root: StackNode, ranks_label: Callable[[set[int]], str], limit: int = 40
+) -> list[str]:
+    """The merged stacks as indented lines: one line per run of frames shared by a rank set."""
+    lines: list[str] = []
+
+    def walk(node: StackNode, depth: int) -> None:
+        for child in sorted(node.children.values(), key=lambda n: (-len(n.ranks), min(n.ranks))):
+            chain, cursor = [child], child
+            while len(cursor.children) == 1:
+                (only,) = cursor.children.values()
+                if only.ranks != cursor.ranks:
+                    break
+                chain.append(only)
+                cursor = only
+            shown = [
+                _label(n.frame) for n in chain if n.frame is not None and not _is_wrapper(n.frame)
+            ]
+            if len(shown) > 4:
+                shown = [shown[0], f"... {len(shown) - 3} frames ...", *shown[-2:]]
+            if len(lines) < limit:
+                lines.append(f"{'  ' * depth}[{ranks_label(cursor.ranks)}] " + " > ".join(shown))
+            walk(cursor, depth + 1)
+
+    walk(root, 0)
+    return lines

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from triage.grouping import merged_stacks
 from triage.models import Report
 from triage.render import confidence_label
+from triage.rulebook import EvidenceSet
 from triage.text import format_ranks
 
 
@@ -42,6 +44,9 @@ def render_markdown(report: Report) -> str:
             who = format_ranks(g.ranks) if g.ranks else ", ".join(f"pid {p}" for p in g.pids)
             out.append(f"| {who} | {g.state} | {f'`{g.location}`' if g.location else g.detail} |")
         out.append("")
+    tree = merged_stacks(EvidenceSet(report.evidence))
+    if tree:
+        out += ["## Merged stacks", "", "```", *tree, "```", ""]
     if report.evidence:
         out += ["## Evidence", ""]
         for e in report.evidence:

@@ -7,8 +7,10 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from triage.grouping import merged_stacks
 from triage.models import Finding, Location, Report
 from triage.render import confidence_label, short_path
+from triage.rulebook import EvidenceSet
 from triage.text import format_ranks
 
 MAX_EVIDENCE_LINES = 12
@@ -58,6 +60,16 @@ def _groups(report: Report) -> RenderableType | None:
     return table
 
 
+def _tree(report: Report) -> RenderableType | None:
+    lines = merged_stacks(EvidenceSet(report.evidence), limit=12)
+    if len(lines) < 2:
+        return None
+    text = Text("Merged stacks (ranks share the frames above each split)\n", style="bold")
+    for line in lines:
+        text.append(f"  {line}\n", style="cyan")
+    return text
+
+
 def _others(report: Report) -> RenderableType | None:
     if len(report.hypotheses) < 2:
         return None
@@ -97,6 +109,7 @@ def build(report: Report) -> Group:
     parts = [
         _verdict(report.verdict, report.symptom),
         _groups(report),
+        _tree(report),
         _others(report),
         _bullets("Evidence", evidence, "dim"),
         _bullets("Gaps (not seen)", gaps, "yellow"),

@@ -71,6 +71,10 @@ class HangView:
 
 
 def hang_view(evidence: EvidenceSet) -> HangView:
+    return evidence.derived("hang_view", lambda: _build_view(evidence))
+
+
+def _build_view(evidence: EvidenceSet) -> HangView:
     by_signature: dict[tuple[object, ...], StateGroup] = {}
     for item, state in evidence.payloads("stack", RankState):
         group = by_signature.setdefault(state.signature(), StateGroup([]))
