@@ -19,7 +19,7 @@ from pathlib import Path
 from triage.models import Evidence, Gap
 from triage.observations import RankState
 from triage.registry import ToolError, ToolOutput, tool
-from triage.stacks import P2P_OPS, classify, frames_from_py_spy, pick_main_thread
+from triage.stacks import GROUP_SETUP_OPS, P2P_OPS, classify, frames_from_py_spy, pick_main_thread
 from triage.text import bound_text
 
 INSTALL_HINT = "install py-spy (`pip install py-spy`, it ships the binary) or put it on PATH"
@@ -96,7 +96,7 @@ def _needs_locals(dump: Dump, ranks_by_pid: dict[int, int]) -> bool:
         return True
     main = pick_main_thread(dump.threads or [])
     names = {str(f.get("name", "")).rsplit(".", 1)[-1] for f in (main or {}).get("frames") or []}
-    return bool(names & P2P_OPS)
+    return bool(names & (P2P_OPS | GROUP_SETUP_OPS))
 
 
 def _spawn_index(state: RankState) -> int | None:
@@ -133,7 +133,9 @@ def dump_stacks(
         # Locals cost a second read, so only ranks whose story needs them pay it:
         # point-to-point peers (src/dst) and mp.spawn ranks with no RANK in their env.
         again = [d.pid for d in dumps if d.threads is not None and _needs_locals(d, ranks_by_pid)]
-        redone = {d.pid: d for d in _dump_all(binary, again, True, timeout_s) if d.threads is not None}
+        redone = {
+            d.pid: d for d in _dump_all(binary, again, True, timeout_s) if d.threads is not None
+        }
         dumps = [redone.get(d.pid, d) for d in dumps]
     evidence: list[Evidence] = []
     gaps: list[Gap] = []

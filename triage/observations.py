@@ -92,6 +92,9 @@ class RankState(Payload):
     op: str | None = Field(default=None, description="all_reduce, barrier, recv, new_group, ...")
     group: str | None = Field(default=None, description="'default', 'subgroup' or unknown.")
     peer: int | None = Field(default=None, description="src/dst of a point-to-point op.")
+    group_ranks: list[int] | None = Field(
+        default=None, description="Members of the group being created (new_group's `ranks`)."
+    )
     detail: str = Field(default="", description="Why this activity: the frame that showed it.")
     user_frame: Frame | None = None
     call_path: list[Frame] = Field(

@@ -115,6 +115,13 @@ def _int_local(frame: Frame, *names: str) -> int | None:
     return None
 
 
+def _int_list_local(frame: Frame, name: str) -> list[int] | None:
+    value = frame.locals.get(name, "")
+    if not re.fullmatch(r"\[[\d,\s]*\]", value):
+        return None
+    return [int(v) for v in re.findall(r"\d+", value)]
+
+
 def _group_of(frame: Frame) -> str | None:
     """'default' when the call passed no group; a resolved ProcessGroup object is opaque."""
     value = frame.locals.get("group", frame.locals.get("pg"))
@@ -156,6 +163,8 @@ def classify(
         state.group = _group_of(op_frame)
         if state.activity is RankActivity.p2p:
             state.peer = _int_local(op_frame, "dst", "src", "group_dst", "group_src", "peer")
+        if state.activity is RankActivity.group_setup:
+            state.group_ranks = _int_list_local(op_frame, "ranks")
     return state
 
 

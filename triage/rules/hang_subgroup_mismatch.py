@@ -58,13 +58,21 @@ def subgroup_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
         waiting = setup[0]
         skipped = sorted(r for g in others for r in g.ranks)
         elsewhere = min(others, key=lambda g: len(g.states))
+        members = waiting.first.group_ranks
+        absent_members = sorted(set(skipped) & set(members)) if members else []
+        who = (
+            f" Rank {format_ranks(absent_members)} {'is a member' if len(absent_members) == 1 else 'are members'}"
+            f" of the new group {members} and never called it."
+            if absent_members
+            else ""
+        )
         yield Finding(
             rule_id="stacks.subgroup_mismatch",
             cause_id="hang.subgroup_mismatch",
             title=f"rank {format_ranks(skipped)} never joined the {waiting.first.op} call",
             summary=(
                 f"The {waiting.label} wait in {waiting.where()}, which every rank must call; "
-                f"rank {format_ranks(skipped)} went on to {elsewhere.where()}."
+                f"rank {format_ranks(skipped)} went on to {elsewhere.where()}.{who}"
             ),
             ranks=skipped,
             location=waiting.location,
