@@ -74,17 +74,20 @@ def roles(name: str, world_size: int | None = None) -> dict[int, str]:
 
 
 def culprits(name: str, world_size: int | None = None) -> frozenset[int]:
-    """The ranks a correct diagnosis blames: those that executed the ``# triage: fault`` line.
+    """The ranks a correct diagnosis blames: the one(s) the others wait for.
 
     mismatched_collective: the rank in the extra collective; rank_not_in_collective: the rank
     outside any collective; rank_exited: the dead rank; uneven_inputs: the rank past the loop;
-    p2p_deadlock: every rank (each waits on its peer's recv; the fault/wait markers only tell
-    even from odd ranks); subgroup_mismatch: the ranks stuck inside new_group (the group
-    member that never called it, the last rank, waits at the wait line with the non-member).
+    p2p_deadlock: every rank (each waits in recv for its peer); subgroup_mismatch: the group
+    member that never called new_group (the last rank; it waits at the wait line with rank 0,
+    a non-member, while the other members wait inside new_group at the fault line). Rank 0
+    skipping new_group is harmless on torch 2.15 gloo (non-members need not call it).
     """
     ws = world_size or DEFAULT_WORLD_SIZE[name]
     if name == "p2p_deadlock":
         return frozenset(range(ws))
+    if name == "subgroup_mismatch":
+        return frozenset({ws - 1})
     return frozenset(r for r, m in roles(name, ws).items() if m == "fault")
 
 
