@@ -144,7 +144,7 @@ def test_new_group_on_some_ranks_is_a_subgroup_mismatch(tmp_path):
     )
     top = report.hypotheses[0]
     assert top.cause_id == "hang.subgroup_mismatch"
-    assert top.ranks == [0, 3]
+    assert top.ranks == [1, 2]
 
 
 def test_everyone_in_one_place_is_unknown_with_next_steps(tmp_path):

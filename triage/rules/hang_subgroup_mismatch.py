@@ -69,12 +69,12 @@ def subgroup_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
         yield Finding(
             rule_id="stacks.subgroup_mismatch",
             cause_id="hang.subgroup_mismatch",
-            title=f"rank {format_ranks(skipped)} never joined the {waiting.first.op} call",
+            title=f"only {waiting.label} called {waiting.first.op}; rank {format_ranks(skipped)} never did",
             summary=(
                 f"The {waiting.label} wait in {waiting.where()}, which every rank must call; "
                 f"rank {format_ranks(skipped)} went on to {elsewhere.where()}.{who}"
             ),
-            ranks=skipped,
+            ranks=waiting.ranks,
             location=waiting.location,
             other_locations=[g.location for g in others if g.location],
             confidence=round(0.85 * coverage_factor(view), 3),
