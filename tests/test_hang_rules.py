@@ -144,7 +144,7 @@ def test_new_group_on_some_ranks_is_a_subgroup_mismatch(tmp_path):
     )
     top = report.hypotheses[0]
     assert top.cause_id == "hang.subgroup_mismatch"
-    assert top.ranks == [1, 2]
+    assert top.ranks == [0, 3]  # membership unknown: every rank elsewhere
 
 
 def test_everyone_in_one_place_is_unknown_with_next_steps(tmp_path):
@@ -175,3 +175,17 @@ def test_4096_ranks_read_as_a_few_groups(tmp_path):
 
     lines = merged_stacks(EvidenceSet(report.evidence))
     assert len(lines) == 3 and lines[1].lstrip().startswith("[0-1233,1235-4095]")
+
+
+def test_new_group_member_that_skipped_is_the_culprit(tmp_path):
+    f = source(tmp_path)
+    report = report_of(
+        state(1, "new_group", f, 6, ranks="[1, 2, 3]"),
+        state(2, "new_group", f, 6, ranks="[1, 2, 3]"),
+        state(0, "all_reduce", f, 8),
+        state(3, "all_reduce", f, 8),
+    )
+    top = report.hypotheses[0]
+    assert top.cause_id == "hang.subgroup_mismatch"
+    assert top.ranks == [3]
+    assert "member of the new group [1, 2, 3]" in top.summary

@@ -60,6 +60,7 @@ def subgroup_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
         elsewhere = min(others, key=lambda g: len(g.states))
         members = waiting.first.group_ranks
         absent_members = sorted(set(skipped) & set(members)) if members else []
+        culprits = absent_members or skipped
         who = (
             f" Rank {format_ranks(absent_members)} {'is a member' if len(absent_members) == 1 else 'are members'}"
             f" of the new group {members} and never called it."
@@ -69,12 +70,12 @@ def subgroup_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
         yield Finding(
             rule_id="stacks.subgroup_mismatch",
             cause_id="hang.subgroup_mismatch",
-            title=f"only {waiting.label} called {waiting.first.op}; rank {format_ranks(skipped)} never did",
+            title=f"rank {format_ranks(culprits)} never called the {waiting.first.op} its group waits in",
             summary=(
                 f"The {waiting.label} wait in {waiting.where()}, which every rank must call; "
                 f"rank {format_ranks(skipped)} went on to {elsewhere.where()}.{who}"
             ),
-            ranks=waiting.ranks,
+            ranks=culprits,
             location=waiting.location,
             other_locations=[g.location for g in others if g.location],
             confidence=round(0.85 * coverage_factor(view), 3),
