@@ -110,21 +110,10 @@ def test_bundled_dirs_resolve_in_checkout() -> None:
         bundled_dir("no-such-thing")
 
 
-BARE_PLUGIN_DIRS_BUG = (
-    "triage/plugins.py import_directory: a plugin directory without __init__.py (the "
-    "documented layout: plain *.py modules, or only *.md playbooks) fails with 'cannot load "
-    "DIR as a package', because spec_from_file_location(name, None, ...) returns None; "
-    "build a ModuleSpec(name, None, is_package=True) with submodule_search_locations=[DIR] "
-    "instead. Remove this marker once fixed."
-)
-
-
 @pytest.fixture(
     params=[
         pytest.param(True, id="package"),
-        pytest.param(
-            False, id="bare", marks=pytest.mark.xfail(strict=True, reason=BARE_PLUGIN_DIRS_BUG)
-        ),
+        pytest.param(False, id="bare"),
     ]
 )
 def plugin_dirs(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Path, Path]:
@@ -334,13 +323,6 @@ def test_installed_wheel(wheel: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="hatchling's default editable install puts the checkout root on sys.path "
-    "(top-level `tools` importable) and copies the force-included files into "
-    "site-packages/triage; fix: dev-mode-exact + force-include only in the standard "
-    "wheel (hatch_build.py hook). Remove this marker once that lands.",
-)
 def test_editable_install_exposes_only_triage(tmp_path: Path) -> None:
     _require_hatchling()
     if importlib.util.find_spec("editables") is None:

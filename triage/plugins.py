@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.machinery
 import importlib.util
 import os
 import sys
@@ -38,9 +39,14 @@ def import_directory(directory: Path, package: str) -> list[str]:
     """Import every module of a directory as submodules of `package`; returns their names."""
     if package not in sys.modules:
         init = directory / "__init__.py"
-        spec = importlib.util.spec_from_file_location(
-            package, init if init.exists() else None, submodule_search_locations=[str(directory)]
-        )
+        spec: importlib.machinery.ModuleSpec | None
+        if init.exists():
+            spec = importlib.util.spec_from_file_location(
+                package, init, submodule_search_locations=[str(directory)]
+            )
+        else:  # a plain folder of modules: a namespace-like package with no code of its own
+            spec = importlib.machinery.ModuleSpec(package, None, is_package=True)
+            spec.submodule_search_locations = [str(directory)]
         if spec is None:
             raise ImportError(f"cannot load {directory} as a package")
         module = importlib.util.module_from_spec(spec)
