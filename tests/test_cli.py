@@ -1,0 +1,68 @@
+"""The CLI as users run it: each command, its output contract and its exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.conftest import triage_cli
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        triage_cli(*args), capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_tools_list_json_has_names_descriptions_schemas():
+    done = run("tools", "list", "--json")
+    assert done.returncode == 0
+    tools = {t["name"]: t for t in json.loads(done.stdout)}
+    assert {"discover_ranks", "dump_stacks"} <= set(tools)
+    assert tools["dump_stacks"]["input_schema"]["required"] == ["pids"]
+    assert all(t["description"] for t in tools.values())
+
+
+def test_tools_run_discovers_a_live_process():
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        env={"RANK": "1", "WORLD_SIZE": "2", "PATH": "/usr/bin:/bin"},
+    )
+    try:
+        done = run("tools", "run", "discover_ranks", f"pids=[{proc.pid}]")
+        assert done.returncode == 0, done.stderr
+        payload = json.loads(done.stdout)
+        assert payload["result"]["status"] == "ok"
+        ranks = {e["rank"] for e in payload["evidence"]}
+        assert 1 in ranks
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_tools_run_unknown_tool_and_bad_input_fail_cleanly():
+    unknown = run("tools", "run", "nope")
+    assert unknown.returncode == 2 and unknown.stderr.startswith("triage: error: unknown tool")
+    bad = run("tools", "run", "dump_stacks", "pids=notalist")
+    assert bad.returncode == 1 and "invalid input" in bad.stderr
+
+
+def test_playbooks_and_rules_docs():
+    listed = run("playbooks", "list")
+    assert listed.returncode == 0 and listed.stdout.startswith("hang")
+    shown = run("playbooks", "show", "hang")
+    assert "discover_ranks" in shown.stdout and "# Hang playbook" in shown.stdout
+    missing = run("playbooks", "show", "nope")
+    assert missing.returncode == 2 and "no playbook named" in missing.stderr
+    rules = run("rules", "list", "--cause", "hang.*")
+    assert rules.returncode == 0
+    for section in ("What it detects:", "Fix:", "Known false positives:"):
+        assert section in rules.stdout
+    assert run("rules", "list", "--cause", "nothing.*").returncode == 2
+
+
+def test_hang_markdown_report_for_a_ticket():
+    done = run("hang", "--format", "markdown", "--pids", str(2**22 + 99))
+    assert done.stdout.startswith("# triage hang report")
+    assert "## Gaps" in done.stdout and "## Tool runs" in done.stdout
