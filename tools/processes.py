@@ -99,6 +99,15 @@ def read_process(pid: int, host: str) -> RankProcess:
     )
 
 
+_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver", "semaphore_tracker")
+
+
+def _is_helper(cmdline: list[str]) -> bool:
+    """multiprocessing's own helper processes sit beside the ranks; they are not ranks."""
+    words = " ".join(cmdline)
+    return any(helper in words for helper in _HELPERS)
+
+
 def launcher_children(launcher_pid: int) -> list[int]:
     """Rank processes under a launcher: its Python descendants, minus their own workers."""
     try:
@@ -107,7 +116,11 @@ def launcher_children(launcher_pid: int) -> list[int]:
         raise ToolError(f"launcher pid {launcher_pid} does not exist") from exc
     except psutil.AccessDenied as exc:
         raise ToolError(f"launcher pid {launcher_pid}: permission denied", PTRACE_HINT) from exc
-    pythons = {c.pid: c for c in children if "python" in " ".join(_cmdline(c)[:1]).lower()}
+    pythons = {
+        c.pid: c
+        for c in children
+        if "python" in " ".join(_cmdline(c)[:1]).lower() and not _is_helper(_cmdline(c))
+    }
     ranks = []
     for pid, child in pythons.items():
         try:
