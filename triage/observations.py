@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from triage.models import Location
+from triage.models import Contract, Location
 
 
-class Payload(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Payload(Contract):
+    """Base of evidence payloads: strict like every contract."""
 
 
 class RankProcess(Payload):
