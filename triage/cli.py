@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
+from triage.errors import TriageError
+
 if TYPE_CHECKING:
     from triage.models import Report
 
@@ -37,8 +39,8 @@ app.add_typer(skill_app, name="skill")
 _plugin_dirs: list[Path] = []
 
 
-class UsageError(Exception):
-    """A user-facing failure: printed as one line, exit code 2."""
+class UsageError(TriageError):
+    """Bad command-line input."""
 
 
 class Format(StrEnum):
@@ -140,13 +142,13 @@ def demo(
     ] = "mismatched_collective",
 ) -> None:
     """Launch a real 4-rank gloo job with a planted bug, wait until it hangs, triage it."""
-    from triage.demo import DemoError, run_demo
+    from triage.demo import run_demo
     from triage.scenarios import ScenarioError
 
     _load()
     try:
         run_demo(scenario, lambda report: emit(report, Format.json if as_json else Format.terminal))
-    except (DemoError, ScenarioError, TimeoutError) as exc:
+    except (ScenarioError, TimeoutError) as exc:
         raise UsageError(f"demo failed: {str(exc).splitlines()[0]}") from exc
 
 
@@ -294,13 +296,9 @@ def main() -> None:
     # pydantic scans every installed distribution for plugins on first use (~80 ms with
     # torch installed); the CLI uses none, and start-up time is what on-call waits for.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
-    from triage.playbooks import PlaybookError
-
     try:
         app()
-    except UsageError as exc:
-        fail(str(exc))
-    except PlaybookError as exc:
+    except TriageError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
         fail("interrupted", 130)

@@ -12,11 +12,12 @@ import sys
 from collections.abc import Callable
 
 from triage.engine import triage
+from triage.errors import TriageError
 from triage.models import Report
 from triage.playbooks import get_playbook
 
 
-class DemoError(Exception):
+class DemoError(TriageError):
     pass
 
 

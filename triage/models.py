@@ -17,7 +17,8 @@ SCHEMA_VERSION = "1.0"
 class Contract(BaseModel):
     """Base for every contract: unknown fields are an error, so typos surface early."""
 
-    model_config = ConfigDict(extra="forbid")
+    # Schemas build on first use: start-up time is what on-call waits for.
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class Location(Contract):

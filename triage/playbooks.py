@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
+from triage.errors import TriageError
 from triage.models import Contract
 from triage.plugins import bundled_dir, plugin_dirs
 
@@ -38,7 +39,7 @@ class Playbook(Contract):
     path: str = ""
 
 
-class PlaybookError(Exception):
+class PlaybookError(TriageError):
     pass
 
 
