@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from triage.observations import Frame, RankActivity
-from triage.stacks import build_stack_tree, classify, divergence_point, is_user_code
+from triage.stacks import build_stack_tree, classify, is_user_code
 
 SITE = "/venv/lib/python3.11/site-packages"
 C10D = f"{SITE}/torch/distributed/distributed_c10d.py"
@@ -109,7 +109,8 @@ def test_stack_tree_finds_divergence():
     states.append(classify(collective("broadcast", 45), pid=3, rank=3))
     root = build_stack_tree(states)
     assert root.ranks == {0, 1, 2, 3}
-    point = divergence_point(root)
-    assert point is not None and point.frame == ("main", "/work/job/train.py", 90)
+    (module,) = root.children.values()
+    (point,) = module.children.values()
+    assert point.frame == ("main", "/work/job/train.py", 90)
     split = {key[2]: node.ranks for key, node in point.children.items()}
     assert split == {42: {0, 1, 2}, 45: {3}}

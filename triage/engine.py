@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from triage.grouping import group_ranks
-from triage.models import Evidence, Finding, Gap, Report
+from triage.models import Finding, Gap, Report
 from triage.playbooks import Playbook
 from triage.registry import REGISTRY, Registry
 from triage.rulebook import EvidenceSet, run_rules, select
@@ -84,7 +84,3 @@ def _next_steps(playbook: Playbook, findings: list[Finding], gaps: list[Gap]) ->
     steps += [gap.hint for gap in gaps if gap.hint and gap.hint not in steps]
     steps += [s for s in playbook.next_steps if s not in steps]
     return steps
-
-
-def evidence_by_id(report: Report) -> dict[str, Evidence]:
-    return {e.id: e for e in report.evidence}

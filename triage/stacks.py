@@ -236,17 +236,6 @@ def build_stack_tree(states: Iterable[RankState]) -> StackNode:
     return root
 
 
-def divergence_point(root: StackNode) -> StackNode | None:
-    """The deepest frame every rank shares: below it, ranks took different paths."""
-    node, last = root, None
-    while len(node.children) == 1:
-        (node,) = node.children.values()
-        if node.ranks != root.ranks:
-            break
-        last = node
-    return last
-
-
 def _is_wrapper(key: tuple[str, str, int | None]) -> bool:
     """c10d's logging decorator sits on every collective; it says nothing."""
     return key[1].endswith("c10d_logger.py")

@@ -29,7 +29,3 @@ def format_ranks(ranks: list[int] | set[int]) -> str:
         start = prev = rank
     spans.append(f"{start}-{prev}" if prev > start else str(start))
     return ",".join(spans)
-
-
-def plural(count: int, word: str) -> str:
-    return f"{count} {word}" if count == 1 else f"{count} {word}s"
