@@ -189,3 +189,32 @@ def test_new_group_member_that_skipped_is_the_culprit(tmp_path):
     assert top.cause_id == "hang.subgroup_mismatch"
     assert top.ranks == [3]
     assert "member of the new group [1, 2, 3]" in top.summary
+
+
+EPOCHS = """\
+import torch.distributed as dist
+
+
+def fit(rank, x):
+    for epoch in range(3):
+        for step in range(5):
+            dist.all_reduce(x)
+        if rank != 2:
+            dist.all_gather_object([None], x)
+"""
+
+
+def test_branch_inside_the_epoch_loop_is_a_mismatch_not_uneven(tmp_path):
+    path = tmp_path / "fit.py"
+    path.write_text(EPOCHS)
+    f = str(path)
+
+    def at(rank: int, op: str, line: int):
+        frames = [Frame(function=op, file=C10D, line=1), Frame(function="fit", file=f, line=line)]
+        return classify(frames, pid=rank, rank=rank, active=False)
+
+    report = report_of(at(2, "all_reduce", 7), *(at(r, "all_gather_object", 9) for r in (0, 1, 3)))
+    top = report.hypotheses[0]
+    assert top.cause_id == "hang.mismatched_collective"
+    assert top.ranks == [2]
+    assert "if rank != 2:" in top.summary

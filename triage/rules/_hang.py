@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from triage.models import Location
-from triage.observations import MissingRank, RankActivity, RankProcess, RankState
+from triage.observations import Frame, MissingRank, RankActivity, RankProcess, RankState
 from triage.rulebook import EvidenceSet
-from triage.source import innermost_loop, source_available
+from triage.source import Block, innermost_loop, rank_condition, source_available
 from triage.text import format_ranks
 
 
@@ -99,28 +99,51 @@ def coverage_factor(view: HangView) -> float:
     return 1.0 if total == 0 else 0.6 + 0.4 * view.live_count / total
 
 
+def split_point(a: RankState, b: RankState) -> tuple[int, Frame, Frame] | None:
+    """Where two user call paths part: the depth and both frames in the function they share."""
+    for depth, (fa, fb) in enumerate(zip(a.call_path, b.call_path, strict=False)):
+        if (fa.function, fa.file) != (fb.function, fb.file):
+            return None
+        if fa.line != fb.line:
+            return depth, fa, fb
+    return None
+
+
 def past_the_loop(ahead: RankState, behind: RankState) -> bool | None:
     """Did `ahead` leave a loop that `behind` is still in? None when the source is unreadable.
 
-    Walks both user call paths from the outermost frame to where they split inside one
-    function; `ahead` is past the loop when it stands later in that function and
-    outside the loop that still holds `behind` there or deeper.
+    Where the call paths part inside one function, `ahead` is past the loop when it
+    stands later in that function, outside the loop that still holds `behind` there or
+    deeper, and not under a rank-dependent branch (that is a conditional collective).
     """
-    a_path, b_path = ahead.call_path, behind.call_path
-    for depth, (a, b) in enumerate(zip(a_path, b_path, strict=False)):
-        if (a.function, a.file) != (b.function, b.file):
-            return None
-        if a.line == b.line:
-            continue
-        if a.line is None or b.line is None or not source_available(a.file):
-            return None
-        if a.line < b.line:
-            return False
-        loop = innermost_loop(b.file, b.line)
-        if loop is not None:
-            return not loop.start <= a.line <= loop.end
-        deeper = b_path[depth + 1 :]
-        return any(f.line is not None and innermost_loop(f.file, f.line) for f in deeper)
+    split = split_point(ahead, behind)
+    if split is None:
+        return None
+    depth, a, b = split
+    if a.line is None or b.line is None or not source_available(a.file):
+        return None
+    if a.line < b.line or rank_condition(a.file, a.line):
+        return False
+    loop = innermost_loop(b.file, b.line)
+    if loop is not None:
+        return not loop.start <= a.line <= loop.end
+    deeper = behind.call_path[depth + 1 :]
+    return any(f.line is not None and innermost_loop(f.file, f.line) for f in deeper)
+
+
+def branch_of(group: StateGroup, others: list[StateGroup]) -> tuple[Block, Frame] | None:
+    """The rank-dependent `if` that sent this group where it is: at its own line, or where
+    its call path parts from another group's."""
+    candidates = [group.first.user_frame] if group.first.user_frame else []
+    for other in others:
+        split = split_point(group.first, other.first)
+        if split is not None:
+            candidates.append(split[1])
+    for frame in candidates:
+        if frame.line is not None:
+            block = rank_condition(frame.file, frame.line)
+            if block is not None:
+                return block, frame
     return None
 
 

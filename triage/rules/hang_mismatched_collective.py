@@ -7,8 +7,7 @@ from collections.abc import Iterator
 from triage.models import Finding
 from triage.observations import RankActivity
 from triage.rulebook import EvidenceSet, rule
-from triage.rules._hang import StateGroup, coverage_factor, hang_view, past_the_loop
-from triage.source import Block, rank_condition
+from triage.rules._hang import StateGroup, branch_of, coverage_factor, hang_view, past_the_loop
 
 
 @rule("stacks.mismatched_collective", "hang.mismatched_collective")
@@ -54,38 +53,37 @@ def mismatched_collective(evidence: EvidenceSet) -> Iterator[Finding]:
     ):
         return
     culprit = _culprit(majority, others)
-    condition = _condition(culprit)
+    rest = [g for g in blocked if g is not culprit]
+    branch = branch_of(culprit, rest) or next(
+        (found for g in rest if (found := branch_of(g, [culprit]))), None
+    )
     same_op = {g.first.op for g in blocked}
     how = (
         f"the same op ({culprit.first.op}) from different lines"
         if len(same_op) == 1
         else "different collectives"
     )
-    branch = (
-        f" Line {culprit.location.line} sits under `{condition.text}` (line {condition.start})."
-        if condition and culprit.location
-        else ""
-    )
-    confidence = (0.92 if condition else 0.8) * coverage_factor(view)
+    others_text = "; ".join(f"{g.label} in {g.where()}" for g in rest[:3])
+    because, fix_branch = "", "hoist the collective out of any rank-dependent branch"
+    if branch:
+        block, frame = branch
+        because = f" {frame.file}:{frame.line} sits under `{block.text}` (line {block.start})."
+        fix_branch = (
+            f"`{block.text}` at {frame.file}:{block.start} decides per rank which collective runs: "
+            "move the collective out of it, or make the condition the same on every rank"
+        )
+    confidence = (0.92 if branch else 0.8) * coverage_factor(view)
     yield Finding(
         rule_id="stacks.mismatched_collective",
         cause_id="hang.mismatched_collective",
-        title=f"{culprit.label} called a collective the other ranks did not",
-        summary=(
-            f"Ranks block in {how}: {culprit.label} in {culprit.where()}, while the "
-            f"{majority.label} wait in {majority.where()}.{branch}"
-        ),
+        title=f"{culprit.label} {'blocks' if len(culprit.states) == 1 else 'block'} in a different collective than the other ranks",
+        summary=f"Ranks block in {how}: {culprit.label} in {culprit.where()}, while {others_text}.{because}",
         ranks=culprit.ranks,
         location=culprit.location,
-        other_locations=[g.location for g in blocked if g is not culprit and g.location],
+        other_locations=[g.location for g in rest if g.location],
         confidence=round(confidence, 3),
         evidence=[e for g in blocked for e in g.evidence[:3]],
-        fix=(
-            f"Make every rank issue the same collectives in the same order: the "
-            f"{culprit.first.op} at {culprit.location} runs only on {culprit.label}"
-            + (f" (because of `{condition.text}`)" if condition else "")
-            + "; hoist it out of the branch or run it on all ranks."
-        ),
+        fix=f"Every rank must issue the same collectives in the same order: {fix_branch}.",
     )
 
 
@@ -96,11 +94,7 @@ def _culprit(majority: StateGroup, others: list[StateGroup]) -> StateGroup:
         if all(len(g.states) == len(majority.states) for g in others)
         else others
     )
-    conditional = [g for g in candidates if _condition(g)]
+    groups = [majority, *others]
+    conditional = [g for g in candidates if branch_of(g, [x for x in groups if x is not g])]
     pool = conditional or candidates
     return min(pool, key=lambda g: (len(g.states), g.ranks))
-
-
-def _condition(group: StateGroup) -> Block | None:
-    frame = group.first.user_frame
-    return rank_condition(frame.file, frame.line) if frame and frame.line else None
