@@ -12,6 +12,7 @@ import socket
 from collections.abc import Iterable
 
 import psutil
+from triage.tools.py_spy import PTRACE_HINT
 
 from triage.models import Evidence, Gap
 from triage.observations import MissingRank, RankProcess
@@ -24,10 +25,6 @@ LAUNCHERS = (
     ("accelerate", ("accelerate",)),
     ("srun", ("srun", "slurmstepd")),
     ("mpirun", ("mpirun", "mpiexec", "orted", "prted")),
-)
-PTRACE_HINT = (
-    "run triage as the job's user or root; in containers add CAP_SYS_PTRACE "
-    "(docker run --cap-add SYS_PTRACE) or set kernel.yama.ptrace_scope=0"
 )
 _LOOPBACK = ("127.", "localhost", "::1")
 
