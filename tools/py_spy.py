@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 
+from triage import pyspy
 from triage.models import Evidence, Gap
 from triage.observations import RankState
 from triage.registry import ToolError, ToolOutput, tool
@@ -39,8 +37,7 @@ class Dump:
 
 
 def find_py_spy() -> str:
-    """The py-spy binary: on PATH, or beside this interpreter (a venv not on PATH)."""
-    found = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+    found = pyspy.binary()
     if not found:
         raise ToolError("py-spy is not installed", INSTALL_HINT)
     return found
@@ -65,7 +62,7 @@ def _explain(pid: int, stderr: str) -> tuple[str, str | None]:
 
 
 def dump_one(binary: str, pid: int, with_locals: bool, timeout_s: float) -> Dump:
-    cmd = [binary, "dump", "--pid", str(pid), "--json"] + (["--locals"] if with_locals else [])
+    cmd = pyspy.dump_command(binary, pid, with_locals)
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:

@@ -2,22 +2,32 @@
 
 from __future__ import annotations
 
-from triage.models import RankGroup
+from triage.models import Evidence, RankGroup
 from triage.observations import MissingRank, RankProcess, RankState
 from triage.rulebook import EvidenceSet
 from triage.stacks import build_stack_tree, render_stack_tree
 from triage.text import format_ranks
 
 
+def state_groups(evidence: EvidenceSet) -> list[list[tuple[Evidence, RankState]]]:
+    """Stacks grouped by state signature, in order of first appearance; computed once."""
+
+    def compute() -> list[list[tuple[Evidence, RankState]]]:
+        by_signature: dict[tuple[object, ...], list[tuple[Evidence, RankState]]] = {}
+        for item, state in evidence.payloads("stack", RankState):
+            by_signature.setdefault(state.signature(), []).append((item, state))
+        return list(by_signature.values())
+
+    return evidence.derived("state_groups", compute)
+
+
 def group_ranks(evidence: EvidenceSet) -> list[RankGroup]:
     """Largest group first: the outliers are the short lines at the bottom."""
-    by_signature: dict[tuple[object, ...], list[RankState]] = {}
-    for _, state in evidence.payloads("stack", RankState):
-        by_signature.setdefault(state.signature(), []).append(state)
-    groups = [_group_of_states(states) for states in by_signature.values()]
+    by_state = [[state for _, state in members] for members in state_groups(evidence)]
+    groups = [_group_of_states(states) for states in by_state]
 
-    seen = {state.rank for states in by_signature.values() for state in states}
-    seen_pids = {state.pid for states in by_signature.values() for state in states}
+    seen = {state.rank for states in by_state for state in states}
+    seen_pids = {state.pid for states in by_state for state in states}
     unread = [p for _, p in evidence.payloads("process", RankProcess) if p.pid not in seen_pids]
     if unread:
         groups.append(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from triage.grouping import state_groups
 from triage.models import Location
 from triage.observations import Frame, MissingRank, RankActivity, RankProcess, RankState
 from triage.rulebook import EvidenceSet
@@ -75,12 +76,11 @@ def hang_view(evidence: EvidenceSet) -> HangView:
 
 
 def _build_view(evidence: EvidenceSet) -> HangView:
-    by_signature: dict[tuple[object, ...], StateGroup] = {}
-    for item, state in evidence.payloads("stack", RankState):
-        group = by_signature.setdefault(state.signature(), StateGroup([]))
-        group.states.append(state)
-        group.evidence.append(item.id)
-    groups = sorted(by_signature.values(), key=lambda g: (-len(g.states), min(g.ranks or [0])))
+    groups = [
+        StateGroup([state for _, state in members], [item.id for item, _ in members])
+        for members in state_groups(evidence)
+    ]
+    groups.sort(key=lambda g: (-len(g.states), min(g.ranks or [0])))
     missing_items = evidence.payloads("missing_rank", MissingRank)
     processes = [p for _, p in evidence.payloads("process", RankProcess)]
     stacked = {s.pid for g in groups for s in g.states}

@@ -27,6 +27,8 @@ from typing import IO, Any
 
 import psutil
 
+from triage import pyspy
+
 JOBS_DIR = Path(__file__).resolve().parent / "jobs"
 ARMED_LINE = "TRIAGE-SCENARIO: armed"
 
@@ -113,11 +115,8 @@ class ScenarioError(RuntimeError):
 
 
 def py_spy_path() -> str:
-    """The py-spy binary: next to this interpreter (venv) first, then on PATH."""
-    here = Path(sys.executable).parent / "py-spy"
-    if here.exists():
-        return str(here)
-    found = shutil.which("py-spy")
+    """The py-spy binary, as the stack tool finds it."""
+    found = pyspy.binary()
     if found is None:
         raise FileNotFoundError("py-spy not found (pip install py-spy)")
     return found
@@ -127,9 +126,7 @@ def py_spy_dump(
     pid: int, *, with_locals: bool = False, timeout_s: float = _PY_SPY_TIMEOUT_S
 ) -> str:
     """Raw stdout of ``py-spy dump --pid PID --json [--locals]``; CalledProcessError on failure."""
-    cmd = [py_spy_path(), "dump", "--pid", str(pid), "--json"]
-    if with_locals:
-        cmd.append("--locals")
+    cmd = pyspy.dump_command(py_spy_path(), pid, with_locals)
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
     if res.returncode != 0:
         raise subprocess.CalledProcessError(res.returncode, cmd, res.stdout, res.stderr)
