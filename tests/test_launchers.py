@@ -72,8 +72,9 @@ def launched(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[subproc
 
 
 def settled_report(launcher: int, expected: str, timeout_s: float = 120.0) -> dict:
-    """Poll `triage hang --launcher-pid` until the job has hung and the verdict holds."""
-    deadline, last = time.monotonic() + timeout_s, None
+    """Poll `triage hang --launcher-pid` until the job has hung: the verdict is the expected
+    cause and names the same ranks on two reads in a row (ranks still moving change it)."""
+    deadline, last, previous = time.monotonic() + timeout_s, None, None
     while time.monotonic() < deadline:
         done = subprocess.run(
             triage_cli("hang", "--json", "--launcher-pid", str(launcher)),
@@ -84,10 +85,15 @@ def settled_report(launcher: int, expected: str, timeout_s: float = 120.0) -> di
         )
         if done.returncode == 0:
             last = json.loads(done.stdout)
-            if last["hypotheses"] and last["hypotheses"][0]["cause_id"] == expected:
+            top = last["hypotheses"][0] if last["hypotheses"] else {}
+            verdict = (top.get("cause_id"), top.get("ranks"))
+            if verdict[0] == expected and verdict == previous:
                 return last
+            previous = verdict
         time.sleep(0.5)
-    raise AssertionError(f"no {expected} verdict in time; last report: {json.dumps(last)[:2000]}")
+    raise AssertionError(
+        f"no stable {expected} verdict in time; last report: {json.dumps(last)[:2000]}"
+    )
 
 
 @pytest.mark.parametrize("launched", ["torchrun"], indirect=True)
