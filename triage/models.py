@@ -87,9 +87,6 @@ class Finding(Contract):
     fix: str = ""
 
 
-Hypothesis = Finding
-
-
 class RankGroup(Contract):
     """Ranks whose state is identical, so thousands of ranks read as a few lines."""
 

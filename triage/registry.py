@@ -43,7 +43,6 @@ class ToolSpec:
     name: str
     description: str
     func: Callable[..., ToolOutput]
-    module: str
     _model: type[BaseModel] | None = None
 
     @property
@@ -92,7 +91,7 @@ class Registry:
     def register(self, func: Callable[..., ToolOutput], name: str, description: str) -> ToolSpec:
         if name in self._tools and self._tools[name].func is not func:
             raise ValueError(f"tool {name!r} is registered twice")
-        spec = ToolSpec(name, description, func, func.__module__)
+        spec = ToolSpec(name, description, func)
         self._tools[name] = spec
         return spec
 
