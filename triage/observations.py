@@ -8,6 +8,7 @@ Tools and rules never import each other; they meet here. An Evidence item of kin
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 from pydantic import Field
 
@@ -115,3 +116,51 @@ class RankState(Payload):
         if self.group not in (None, "default"):
             what += f" on group {self.group}"
         return what
+
+
+class LogSignal(Payload):
+    """A log line matching a known failure signature, attributed to a rank where the log shows it."""
+
+    signature: str = Field(description="Name from the signature table, e.g. 'nccl.watchdog_timeout'.")
+    text: str = Field(description="The matching line (bounded), prefixes stripped.")
+    path: str
+    line: int = Field(description="1-based line number in the file.")
+    rank: int | None = None
+    local_rank: int | None = None
+    host: str | None = None
+    pid: int | None = None
+    peer_symptom: bool = Field(
+        default=False, description="The line reports another rank's failure, not its own."
+    )
+    fields: dict[str, Any] = Field(default_factory=dict)
+
+
+class TracebackRecord(Payload):
+    """A Python traceback or a stack dump found in a log, innermost frame first."""
+
+    path: str
+    line: int
+    rank: int | None = None
+    local_rank: int | None = None
+    host: str | None = None
+    pid: int | None = None
+    exception: str | None = Field(default=None, description="Exception type, e.g. 'RuntimeError'.")
+    message: str = ""
+    frames: list[Frame] = Field(default_factory=list, description="Innermost first.")
+    user_frame: Frame | None = Field(default=None, description="Innermost frame of user code.")
+    dump: bool = Field(
+        default=False, description="A stack dump of a live process (faulthandler, py-spy), not an error."
+    )
+
+
+class LogFile(Payload):
+    """A file the log scanner read, and what it learned about the file as a whole."""
+
+    path: str
+    size: int
+    kind: str = Field(description="'log', 'elastic_error', 'binary', ...")
+    rank: int | None = Field(default=None, description="Rank named by the file or its folder.")
+    local_rank: int | None = None
+    lines: int | None = Field(default=None, description="Lines read; None when streamed by anchor.")
+    streamed: bool = Field(default=False, description="Too big to read whole: scanned by anchors.")
+    truncated_hits: int = Field(default=0, description="Matches dropped to bound memory.")

@@ -1,0 +1,382 @@
+"""Read logs of any size into signals and tracebacks with bounded memory.
+
+One pass per file: a DFA (RE2) looks for the anchors of every signature and block
+at disk speed, and only the lines around a hit reach Python. Hits are bounded per
+file (the first and the last ones are kept), lines are cut at a fixed length, and
+undecodable bytes are replaced, so a 10 GB log, a binary file or a file cut off
+mid-line costs bounded memory and never an exception.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import re2
+
+from triage import signatures
+from triage.observations import Frame, LogSignal, TracebackRecord
+from triage.stacks import is_user_code
+
+CHUNK = 16 << 20
+MAX_LINE = 4096
+HEAD_LINES = 4000
+TAIL_LINES = 16000
+PER_KEY_FIRST = 3
+PER_KEY_LAST = 12
+
+_RANK_PREFIX = re.compile(r"^\[(?P<role>[A-Za-z_]*?)(?P<n>\d+)\]:\s?")
+_NCCL_PREFIX = re.compile(r"^(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] ")
+_INLINE_RANK = re.compile(r"\[[Rr]ank ?(?P<n>\d+)\]")
+_FILE_RANK = re.compile(r"(?i)(?:^|[^a-z])rank[_\-.]?(?P<n>\d+)")
+_ELASTIC_DIR = re.compile(r"attempt_\d+/(?P<n>\d+)/(?:stdout|stderr)\.log$|/(?P<e>\d+)/error\.json$")
+
+_TB_START = "Traceback (most recent call last):"
+_TB_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+?)\s*$')
+_FH_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>.+?)\s*$')
+_FH_START = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):")
+_PYSPY_THREAD = re.compile(r'^Thread (?P<tid>\d+) \((?:idle|active)[^)]*\): "(?P<name>[^"]*)"')
+_PYSPY_PROCESS = re.compile(r"^Process (?P<pid>\d+): ")
+_PYSPY_FRAME = re.compile(r"^\s+(?P<func>[^\s(][^(]*?) \((?P<file>[^():]+):(?P<line>\d+)\)\s*$")
+_EXC_LINE = re.compile(
+    r"^(?P<type>(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Warning|Failure))"
+    r"(?::\s?(?P<msg>.*))?$"
+)
+
+for _anchor, _after in (
+    (_TB_START, 400),
+    ("(most recent call first):", 200),
+    (" (idle): \"", 200),
+    (" (active): \"", 200),
+    (" (active+gil): \"", 200),
+    ('File "', 0),
+):
+    signatures.block_anchor(_anchor, _after)
+
+
+@dataclass
+class Origin:
+    """Who wrote a line: what its prefixes and its file say."""
+
+    rank: int | None = None
+    local_rank: int | None = None
+    host: str | None = None
+    pid: int | None = None
+
+    def key(self) -> tuple[object, ...]:
+        return (self.rank, self.local_rank, self.host, self.pid)
+
+
+@dataclass
+class ScanResult:
+    """Everything one file yielded."""
+
+    path: str
+    size: int
+    lines: int = 0
+    signals: list[LogSignal] = field(default_factory=list)
+    tracebacks: list[TracebackRecord] = field(default_factory=list)
+    dropped: int = 0
+
+
+def file_origin(path: str) -> Origin:
+    """The rank a file's name or folder names: `rank3.log`, torchelastic's `attempt_0/3/`."""
+    name = Path(path).name
+    origin = Origin()
+    found = _FILE_RANK.search(name)
+    if found:
+        origin.rank = int(found.group("n"))
+    elastic = _ELASTIC_DIR.search(path.replace("\\", "/"))
+    if elastic:
+        origin.local_rank = int(elastic.group("n") or elastic.group("e"))
+    return origin
+
+
+def split_prefix(line: str, base: Origin) -> tuple[str, Origin]:
+    """Strip `[rank3]:`, `[default3]:` and NCCL's `host:pid:tid [dev]` prefixes into an Origin."""
+    origin = Origin(base.rank, base.local_rank, base.host, base.pid)
+    found = _RANK_PREFIX.match(line)
+    if found:
+        number = int(found.group("n"))
+        if found.group("role").lower() in ("rank", ""):
+            origin.rank = number
+        else:
+            origin.local_rank = number
+        line = line[found.end():]
+    nccl = _NCCL_PREFIX.match(line)
+    if nccl:
+        origin.host, origin.pid = nccl.group("host"), int(nccl.group("pid"))
+        line = line[nccl.end():]
+    if origin.rank is None:
+        inline = _INLINE_RANK.search(line)
+        if inline:
+            origin.rank = int(inline.group("n"))
+    return line, origin
+
+
+def _prefilter() -> tuple[Any, dict[bytes, int]]:
+    table = signatures.anchors()
+    pattern = b"|".join(re.escape(a).encode() for a in sorted(table, key=len, reverse=True))
+    return re2.compile(pattern), {a.encode(): after for a, after in table.items()}
+
+
+class _Window:
+    """Hit lines plus their context, bounded: the first HEAD_LINES and the last TAIL_LINES."""
+
+    def __init__(self) -> None:
+        self.head: list[tuple[int, str]] = []
+        self.tail: deque[tuple[int, str]] = deque(maxlen=TAIL_LINES)
+        self.dropped = 0
+        self.last = 0
+
+    def add(self, number: int, raw: bytes) -> None:
+        if number <= self.last:
+            return
+        self.last = number
+        text = raw[:MAX_LINE].decode("utf-8", "replace").rstrip("\r").replace("\x00", "")
+        if len(self.head) < HEAD_LINES:
+            self.head.append((number, text))
+        else:
+            if len(self.tail) == TAIL_LINES:
+                self.dropped += 1
+            self.tail.append((number, text))
+
+    def lines(self) -> list[tuple[int, str]]:
+        return self.head + list(self.tail)
+
+
+def hit_lines(path: Path) -> tuple[list[tuple[int, str]], int, int]:
+    """Numbered lines holding an anchor, with the context their anchor asks for.
+
+    Returns the lines, the file's line count and how many hit lines were dropped.
+    """
+    pattern, after_of = _prefilter()
+    window = _Window()
+    base_line = 1
+    carry = b""
+    pending = 0
+    with path.open("rb") as handle:
+        while True:
+            block = handle.read(CHUNK)
+            data = carry + block
+            if not data:
+                break
+            if block:
+                cut = data.rfind(b"\n") + 1
+                if cut == 0:  # no newline in 16 MB: binary or one giant line; keep its end only
+                    carry = data[-MAX_LINE:]
+                    continue
+                data, carry = data[:cut], data[cut:][-(CHUNK):]
+            else:
+                carry = b""
+            pending = _scan_chunk(data, base_line, pattern, after_of, window, pending)
+            base_line += data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+            if not block:
+                break
+    return window.lines(), base_line - 1, window.dropped
+
+
+def _scan_chunk(
+    data: bytes, base_line: int, pattern: Any, after_of: dict[bytes, int], window: _Window, pending: int
+) -> int:
+    """Add the hit lines of one chunk of whole lines; returns context still owed to the next."""
+    line_no, counted_to = base_line, 0
+    position = 0
+    if pending:
+        position = _take_lines(data, 0, pending, base_line, window)
+        pending = max(0, pending - data.count(b"\n", 0, position))
+    for hit in pattern.finditer(data):
+        start = data.rfind(b"\n", 0, hit.start()) + 1
+        if start < position:
+            continue
+        line_no += data.count(b"\n", counted_to, start)
+        counted_to = start
+        after = after_of.get(hit.group(0), 0)
+        end = _take_lines(data, start, after + 1, line_no, window)
+        position = end
+        taken = data.count(b"\n", start, end)
+        pending = max(0, after + 1 - taken) if end >= len(data) else 0
+    return pending
+
+
+def _take_lines(data: bytes, start: int, count: int, first_no: int, window: _Window) -> int:
+    """Add up to `count` lines from `start`; returns the offset after the last one."""
+    position = start
+    for index in range(count):
+        if position >= len(data):
+            break
+        end = data.find(b"\n", position)
+        end = len(data) if end == -1 else end
+        window.add(first_no + index, data[position:end])
+        position = end + 1
+    return min(position, len(data))
+
+
+def scan_file(path: Path) -> ScanResult:
+    """Signals and tracebacks of one file."""
+    lines, total, dropped = hit_lines(path)
+    result = ScanResult(path=str(path), size=path.stat().st_size, lines=total, dropped=dropped)
+    base = file_origin(str(path))
+    parser = _BlockParser(str(path))
+    bounded = _Bounded()
+    previous = 0
+    for number, raw in lines:
+        if number != previous + 1:
+            parser.reset()
+        previous = number
+        text, origin = split_prefix(raw, base)
+        for sig, fields in signatures.matches(text):
+            bounded.add(_signal(sig, fields, text, str(path), number, origin))
+        parser.feed(number, text, origin)
+    parser.reset()
+    result.signals = bounded.items()
+    result.tracebacks = parser.records
+    _learn_ranks(result)
+    return result
+
+
+def _signal(
+    sig: signatures.Signature, fields: dict[str, Any], text: str, path: str, number: int, origin: Origin
+) -> LogSignal:
+    rank = origin.rank
+    if rank is None and isinstance(fields.get("rank"), (int, str)) and str(fields["rank"]).isdigit():
+        rank = int(fields["rank"])
+    return LogSignal(
+        signature=sig.name,
+        text=text[:MAX_LINE].strip(),
+        path=path,
+        line=number,
+        rank=rank,
+        local_rank=origin.local_rank,
+        host=origin.host,
+        pid=origin.pid,
+        peer_symptom=sig.peer_symptom,
+        fields=fields,
+    )
+
+
+class _Bounded:
+    """The first and the last few signals per (signature, rank): 1M identical lines read as 15."""
+
+    def __init__(self) -> None:
+        self.first: dict[tuple[object, ...], list[LogSignal]] = {}
+        self.last: dict[tuple[object, ...], deque[LogSignal]] = {}
+
+    def add(self, item: LogSignal) -> None:
+        key = (item.signature, item.rank, item.local_rank, item.pid)
+        first = self.first.setdefault(key, [])
+        if len(first) < PER_KEY_FIRST:
+            first.append(item)
+        else:
+            self.last.setdefault(key, deque(maxlen=PER_KEY_LAST)).append(item)
+
+    def items(self) -> list[LogSignal]:
+        out = [s for key in self.first for s in self.first[key] + list(self.last.get(key, ()))]
+        return sorted(out, key=lambda s: s.line)
+
+
+def _learn_ranks(result: ScanResult) -> None:
+    """NCCL lines carry a pid, its init lines tie the pid to a rank: give every line its rank."""
+    rank_of = {
+        (s.host, s.pid): int(s.fields["rank"])
+        for s in result.signals
+        if s.pid is not None and str(s.fields.get("rank", "")).isdigit()
+    }
+    for item in [*result.signals, *result.tracebacks]:
+        if item.rank is None and (item.host, item.pid) in rank_of:
+            item.rank = rank_of[(item.host, item.pid)]
+
+
+class _BlockParser:
+    """Tracebacks and stack dumps, one open block per writer (interleaved ranks stay apart)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.open: dict[tuple[object, ...], _Block] = {}
+        self.records: list[TracebackRecord] = []
+        self.pyspy_pid: int | None = None
+
+    def reset(self) -> None:
+        for key in list(self.open):
+            self._close(key)
+
+    def feed(self, number: int, text: str, origin: Origin) -> None:
+        key = origin.key()
+        block = self.open.get(key)
+        stripped = text.strip()
+        process = _PYSPY_PROCESS.match(stripped)
+        if process:
+            self.pyspy_pid = int(process.group("pid"))
+            return
+        if stripped.startswith(_TB_START) or _FH_START.match(stripped) or _PYSPY_THREAD.match(stripped):
+            self._close(key)
+            style = "tb" if stripped.startswith(_TB_START) else "fh" if _FH_START.match(stripped) else "pyspy"
+            pid = origin.pid if origin.pid is not None else self.pyspy_pid if style == "pyspy" else None
+            self.open[key] = _Block(style, number, origin, pid)
+            return
+        frame = _TB_FRAME.match(text) or _FH_FRAME.match(text)
+        if block is None:
+            if frame:  # frames without a header: a pasted excerpt of a traceback or dump
+                style = "tb" if _TB_FRAME.match(text) else "fh"
+                block = self.open[key] = _Block(style, number, origin, origin.pid)
+            else:
+                return
+        if block.style == "pyspy":
+            spy = _PYSPY_FRAME.match(text)
+            if spy:
+                block.frames.append(Frame(function=spy["func"], file=spy["file"], line=int(spy["line"])))
+            elif stripped:
+                self._close(key)
+            return
+        if frame:
+            block.frames.append(
+                Frame(function=frame["func"], file=frame["file"], line=int(frame["line"]))
+            )
+            return
+        if block.style == "tb":
+            exc = _EXC_LINE.match(stripped)
+            if exc and not text[:1].isspace():
+                block.exception, block.message = exc["type"], (exc["msg"] or "").strip()
+                self._close(key)
+            elif stripped and not text[:1].isspace() and block.frames:
+                block.message = stripped
+                self._close(key)
+            return
+        if stripped and not text[:1].isspace():
+            self._close(key)
+
+    def _close(self, key: tuple[object, ...]) -> None:
+        block = self.open.pop(key, None)
+        if block is None or not block.frames:
+            return
+        frames = list(reversed(block.frames)) if block.style == "tb" else block.frames
+        user = next((f for f in frames if is_user_code(f.file)), None)
+        self.records.append(
+            TracebackRecord(
+                path=self.path,
+                line=block.start,
+                rank=block.origin.rank,
+                local_rank=block.origin.local_rank,
+                host=block.origin.host,
+                pid=block.pid,
+                exception=block.exception,
+                message=block.message[:MAX_LINE],
+                frames=frames[:200],
+                user_frame=user,
+                dump=block.style != "tb",
+            )
+        )
+
+
+@dataclass
+class _Block:
+    style: str
+    start: int
+    origin: Origin
+    pid: int | None
+    frames: list[Frame] = field(default_factory=list)
+    exception: str | None = None
+    message: str = ""
