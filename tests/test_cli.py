@@ -50,7 +50,9 @@ def test_tools_run_unknown_tool_and_bad_input_fail_cleanly():
 
 def test_playbooks_and_rules_docs():
     listed = run("playbooks", "list")
-    assert listed.returncode == 0 and listed.stdout.startswith("hang")
+    assert listed.returncode == 0
+    names = {line.split()[0] for line in listed.stdout.splitlines() if line[:1].strip()}
+    assert {"analyze", "hang", "comm_error", "oom", "config", "wrong_results"} <= names
     shown = run("playbooks", "show", "hang")
     assert "discover_ranks" in shown.stdout and "# Hang playbook" in shown.stdout
     missing = run("playbooks", "show", "nope")

@@ -34,10 +34,22 @@ def replay(directory: Path) -> tuple[dict, Report]:
                     frame["filename"] = script
         main = pick_main_thread(threads)
         assert main is not None
-        state = classify(frames_from_py_spy(main), pid=meta["pids"][rank], rank=rank,
-                         active=bool(main.get("active")))
-        evidence.append(Evidence(id=f"stack:rank{rank}", kind="stack", source="fixture", rank=rank,
-                                 summary=state.describe(), data=state.model_dump(mode="json")))
+        state = classify(
+            frames_from_py_spy(main),
+            pid=meta["pids"][rank],
+            rank=rank,
+            active=bool(main.get("active")),
+        )
+        evidence.append(
+            Evidence(
+                id=f"stack:rank{rank}",
+                kind="stack",
+                source="fixture",
+                rank=rank,
+                summary=state.describe(),
+                data=state.model_dump(mode="json"),
+            )
+        )
     report = Report(symptom="hang", playbook="hang", evidence=evidence)
     return meta, decide(get_playbook("hang"), report)
 

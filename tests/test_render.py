@@ -15,7 +15,9 @@ from triage.render.terminal import print_report
 
 def sample(tmp_path) -> Report:
     f = source(tmp_path)
-    return report_of(state(0, "broadcast", f, 8), *(state(r, "all_reduce", f, 6) for r in (1, 2, 3)))
+    return report_of(
+        state(0, "broadcast", f, 8), *(state(r, "all_reduce", f, 6) for r in (1, 2, 3))
+    )
 
 
 def test_terminal_puts_the_verdict_first_and_fits_80_columns(tmp_path):

@@ -22,4 +22,6 @@ def test_every_documented_cause_id_exists():
 def test_cause_ids_are_family_dot_name():
     for cause in CAUSES:
         family, _, name = cause.partition(".")
-        assert family in {"hang", "comm", "oom", "wrong", "config"} and re.fullmatch(r"[a-z0-9_]+", name)
+        assert family in {"hang", "comm", "oom", "wrong", "config"} and re.fullmatch(
+            r"[a-z0-9_]+", name
+        )

@@ -126,7 +126,9 @@ def scan_logs(log_files: list[str]) -> ToolOutput:
         try:
             result = _scan(path)
         except OSError as exc:
-            gaps.append(Gap(source=name, reason=f"cannot read: {exc.strerror or exc}", tool="scan_logs"))
+            gaps.append(
+                Gap(source=name, reason=f"cannot read: {exc.strerror or exc}", tool="scan_logs")
+            )
             continue
         evidence += _evidence(result, ids)
         if result.dropped:
@@ -167,16 +169,22 @@ def _scan(path: Path) -> ScanResult:
 
 def _scan_elastic_error(path: Path, payload: dict[str, Any]) -> ScanResult:
     message = payload["message"]
-    parts = [message] if isinstance(message, str) else [
-        str(message.get("message", "")),
-        str(message.get("extraInfo", {}).get("py_callstack", "")),
-    ]
+    parts = (
+        [message]
+        if isinstance(message, str)
+        else [
+            str(message.get("message", "")),
+            str(message.get("extraInfo", {}).get("py_callstack", "")),
+        ]
+    )
     with tempfile.TemporaryDirectory(prefix="triage-") as tmp:
         copy = Path(tmp) / path.name
         copy.write_text("\n".join(parts))
         result = scan_file(copy)
-    for item in [*result.signals, *result.tracebacks]:
-        item.path = str(path)
+    for record in result.tracebacks:
+        record.path = str(path)
+    for sig in result.signals:
+        sig.path = str(path)
     result.path, result.size = str(path), path.stat().st_size
     return result
 
@@ -205,8 +213,14 @@ def _evidence(result: ScanResult, ids: Counter[str]) -> list[Evidence]:
         out.append(_traceback_evidence(record, unique(f"tb:{name}:{record.line}")))
     if out:
         rank = next((s.rank for s in result.signals if s.rank is not None), None)
-        info = LogFile(path=result.path, size=result.size, kind="log", rank=rank, lines=result.lines,
-                       truncated_hits=result.dropped)
+        info = LogFile(
+            path=result.path,
+            size=result.size,
+            kind="log",
+            rank=rank,
+            lines=result.lines,
+            truncated_hits=result.dropped,
+        )
         out.append(
             Evidence(
                 id=unique(f"file:{name}"),
@@ -234,4 +248,3 @@ def _traceback_evidence(record: TracebackRecord, evidence_id: str) -> Evidence:
         data=record.model_dump(exclude_defaults=True),
         excerpt=bound_text("\n".join(lines + [f"{record.exception or ''}{message}"]), 2000),
     )
-

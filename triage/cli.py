@@ -134,6 +134,117 @@ def hang(
         raise typer.Exit(1)
 
 
+class Symptom(StrEnum):
+    hang = "hang"
+    comm = "comm"
+    oom = "oom"
+    wrong = "wrong"
+    config = "config"
+
+
+PathsArg = Annotated[
+    list[str], typer.Argument(metavar="PATH...", help="Log files, folders, or - for stdin.")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the report as JSON.")]
+FormatOpt = Annotated[Format, typer.Option("--format", help="Report format.")]
+PidsOpt = Annotated[
+    list[str] | None,
+    typer.Option("--pids", help="Live rank pids whose environment to compare (optional)."),
+]
+
+
+@app.command()
+def analyze(
+    paths: PathsArg,
+    symptom: Annotated[
+        Symptom | None,
+        typer.Option(help="Fix the symptom; by default the evidence decides."),
+    ] = None,
+    pids: PidsOpt = None,
+    as_json: JsonOpt = False,
+    fmt: FormatOpt = Format.terminal,
+) -> None:
+    """Name the cause from logs, tracebacks, NCCL output, launcher reports and dumps."""
+    _analyze(paths, symptom, pids, Format.json if as_json else fmt)
+
+
+@app.command("comm-error")
+def comm_error(
+    paths: PathsArg,
+    pids: PidsOpt = None,
+    as_json: JsonOpt = False,
+    fmt: FormatOpt = Format.terminal,
+) -> None:
+    """`analyze --symptom comm`: NCCL/gloo errors, rendezvous failures, broken peers."""
+    _analyze(paths, Symptom.comm, pids, Format.json if as_json else fmt)
+
+
+@app.command()
+def oom(
+    paths: PathsArg,
+    pids: PidsOpt = None,
+    as_json: JsonOpt = False,
+    fmt: FormatOpt = Format.terminal,
+) -> None:
+    """`analyze --symptom oom`: CUDA and host out-of-memory, from messages and snapshots."""
+    _analyze(paths, Symptom.oom, pids, Format.json if as_json else fmt)
+
+
+@app.command("wrong-results")
+def wrong_results(
+    paths: PathsArg,
+    pids: PidsOpt = None,
+    as_json: JsonOpt = False,
+    fmt: FormatOpt = Format.terminal,
+) -> None:
+    """`analyze --symptom wrong`: diverging replicas, unused parameters, NaNs."""
+    _analyze(paths, Symptom.wrong, pids, Format.json if as_json else fmt)
+
+
+def _analyze(
+    paths: list[str], symptom: Symptom | None, pids: list[str] | None, fmt: Format
+) -> None:
+    import tempfile
+
+    from triage.engine import analyze, triage
+    from triage.playbooks import load_playbooks
+
+    all_pids = _split_ints(pids or [], "--pids")
+    _load()
+    playbooks = load_playbooks(_plugin_dirs)
+    by_symptom = {p.symptom: p for p in playbooks.values() if p.name != "analyze"}
+    with tempfile.TemporaryDirectory(prefix="triage-stdin-") as scratch:
+        files = [_stdin_to(Path(scratch)) if p == "-" else p for p in paths]
+        targets: dict[str, Any] = {"paths": files, "pids": all_pids}
+        if symptom is None:
+            report = analyze(playbooks["analyze"], by_symptom, targets)
+        elif symptom.value in by_symptom:
+            report = triage(by_symptom[symptom.value], targets)
+        else:
+            raise UsageError(f"no playbook for symptom {symptom.value!r}")
+        report.targets["paths"] = paths
+        if "-" in paths:
+            from triage.models import Report
+
+            pasted = str(Path(scratch) / "stdin.log")
+            report = Report.model_validate_json(report.model_dump_json().replace(pasted, "<stdin>"))
+    emit(report, fmt)
+    if not report.evidence:
+        typer.echo(
+            "triage: error: no evidence could be read from the given paths (see gaps)", err=True
+        )
+        raise typer.Exit(1)
+
+
+def _stdin_to(folder: Path) -> str:
+    """Pasted text becomes a file the tools read like any other; it is never kept."""
+    target = folder / "stdin.log"
+    with target.open("wb") as out:
+        while chunk := sys.stdin.buffer.read(1 << 20):
+            out.write(chunk)
+    return str(target)
+
+
 @app.command()
 def demo(
     as_json: Annotated[bool, typer.Option("--json")] = False,

@@ -15,6 +15,8 @@ from triage.registry import REGISTRY, Registry
 from triage.rulebook import EvidenceSet, run_rules, select
 from triage.taxonomy import CAUSES
 
+CLOSE_CALL = 0.15
+
 
 def gather(playbook: Playbook, targets: dict[str, Any], registry: Registry = REGISTRY) -> Report:
     """Run the playbook's tools in order; each may add context for the steps after it."""
@@ -22,6 +24,8 @@ def gather(playbook: Playbook, targets: dict[str, Any], registry: Registry = REG
     context = {k: v for k, v in targets.items() if v not in (None, [], "")}
     for step in playbook.steps:
         if any(not context.get(key) for key in step.needs):
+            continue
+        if step.needs_any and not any(context.get(key) for key in step.needs_any):
             continue
         spec_params = registry.get(step.tool).parameter_names() if step.tool in registry else set()
         params = {k: v for k, v in context.items() if k in spec_params} | step.args
@@ -53,6 +57,23 @@ def triage(playbook: Playbook, targets: dict[str, Any], registry: Registry = REG
     return decide(playbook, gather(playbook, targets, registry))
 
 
+def analyze(
+    intake: Playbook,
+    by_symptom: dict[str, Playbook],
+    targets: dict[str, Any],
+    registry: Registry = REGISTRY,
+) -> Report:
+    """Symptom unknown: gather what every symptom needs, let every rule speak, and let the
+    best hypothesis name the symptom whose playbook then supplies the next steps."""
+    report = triage(intake, targets, registry)
+    top = report.verdict
+    playbook = by_symptom.get(top.cause_id.split(".")[0]) if top else None
+    if playbook is not None:
+        report.symptom, report.playbook = playbook.symptom, playbook.name
+        report.next_steps = _next_steps(playbook, report.hypotheses, report.gaps)
+    return report
+
+
 def rank(findings: list[Finding]) -> list[Finding]:
     """Best first; one hypothesis per cause, the most confident one."""
     best: dict[str, Finding] = {}
@@ -81,6 +102,13 @@ def _next_steps(playbook: Playbook, findings: list[Finding], gaps: list[Gap]) ->
     steps = (
         [f"Fix for the top hypothesis: {findings[0].fix}"] if findings and findings[0].fix else []
     )
+    if len(findings) > 1 and findings[0].confidence - findings[1].confidence < CLOSE_CALL:
+        first, second = findings[:2]
+        tell = "; ".join(f"{f.cause_id} if {f.confirm}" for f in (first, second) if f.confirm)
+        steps.append(
+            f"{first.cause_id} and {second.cause_id} are close calls"
+            + (f". It is {tell}." if tell else "; gather more evidence before acting.")
+        )
     steps += [gap.hint for gap in gaps if gap.hint and gap.hint not in steps]
     steps += [s for s in playbook.next_steps if s not in steps]
     return steps

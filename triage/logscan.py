@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import re2
+import re2  # type: ignore[import-untyped]
 
 from triage import signatures
 from triage.observations import Frame, LogSignal, TracebackRecord
@@ -28,11 +28,13 @@ TAIL_LINES = 16000
 PER_KEY_FIRST = 3
 PER_KEY_LAST = 12
 
-_RANK_PREFIX = re.compile(r"^\[(?P<role>[A-Za-z_]*?)(?P<n>\d+)\]:\s?")
+_RANK_PREFIX = re.compile(r"^\[(?P<role>[A-Za-z_]+?)(?P<n>\d+)\]:\s?")
 _NCCL_PREFIX = re.compile(r"^(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] ")
 _INLINE_RANK = re.compile(r"\[[Rr]ank ?(?P<n>\d+)\]")
 _FILE_RANK = re.compile(r"(?i)(?:^|[^a-z])rank[_\-.]?(?P<n>\d+)")
-_ELASTIC_DIR = re.compile(r"attempt_\d+/(?P<n>\d+)/(?:stdout|stderr)\.log$|/(?P<e>\d+)/error\.json$")
+_ELASTIC_DIR = re.compile(
+    r"attempt_\d+/(?P<n>\d+)/(?:stdout|stderr)\.log$|/(?P<e>\d+)/error\.json$"
+)
 
 _TB_START = "Traceback (most recent call last):"
 _TB_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+?)\s*$')
@@ -41,6 +43,8 @@ _FH_START = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent
 _PYSPY_THREAD = re.compile(r'^Thread (?P<tid>\d+) \((?:idle|active)[^)]*\): "(?P<name>[^"]*)"')
 _PYSPY_PROCESS = re.compile(r"^Process (?P<pid>\d+): ")
 _PYSPY_FRAME = re.compile(r"^\s+(?P<func>[^\s(][^(]*?) \((?P<file>[^():]+):(?P<line>\d+)\)\s*$")
+_REPORT_ENTRY = re.compile(r"^\[\d+\]:\s*$")
+_REPORT_FIELD = re.compile(r"^\s+(?P<key>[a-z_]+)\s*:\s?(?P<value>.*)$")
 _EXC_LINE = re.compile(
     r"^(?P<type>(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Warning|Failure))"
     r"(?::\s?(?P<msg>.*))?$"
@@ -49,10 +53,12 @@ _EXC_LINE = re.compile(
 for _anchor, _after in (
     (_TB_START, 400),
     ("(most recent call first):", 200),
-    (" (idle): \"", 200),
-    (" (active): \"", 200),
-    (" (active+gil): \"", 200),
+    (' (idle): "', 200),
+    (' (active): "', 200),
+    (' (active+gil): "', 200),
     ('File "', 0),
+    ("Root Cause (first observed failure):", 12),
+    ("Failures:", 60),
 ):
     signatures.block_anchor(_anchor, _after)
 
@@ -101,15 +107,15 @@ def split_prefix(line: str, base: Origin) -> tuple[str, Origin]:
     found = _RANK_PREFIX.match(line)
     if found:
         number = int(found.group("n"))
-        if found.group("role").lower() in ("rank", ""):
+        if found.group("role").lower() == "rank":
             origin.rank = number
         else:
             origin.local_rank = number
-        line = line[found.end():]
+        line = line[found.end() :]
     nccl = _NCCL_PREFIX.match(line)
     if nccl:
         origin.host, origin.pid = nccl.group("host"), int(nccl.group("pid"))
-        line = line[nccl.end():]
+        line = line[nccl.end() :]
     if origin.rank is None:
         inline = _INLINE_RANK.search(line)
         if inline:
@@ -180,7 +186,12 @@ def hit_lines(path: Path) -> tuple[list[tuple[int, str]], int, int]:
 
 
 def _scan_chunk(
-    data: bytes, base_line: int, pattern: Any, after_of: dict[bytes, int], window: _Window, pending: int
+    data: bytes,
+    base_line: int,
+    pattern: Any,
+    after_of: dict[bytes, int],
+    window: _Window,
+    pending: int,
 ) -> int:
     """Add the hit lines of one chunk of whole lines; returns context still owed to the next."""
     line_no, counted_to = base_line, 0
@@ -232,6 +243,9 @@ def scan_file(path: Path) -> ScanResult:
             bounded.add(_signal(sig, fields, text, str(path), number, origin))
         parser.feed(number, text, origin)
     parser.reset()
+    for number, text, origin in parser.joined:
+        for sig, fields in signatures.matches(text):
+            bounded.add(_signal(sig, fields, text, str(path), number, origin))
     result.signals = bounded.items()
     result.tracebacks = parser.records
     _learn_ranks(result)
@@ -239,10 +253,19 @@ def scan_file(path: Path) -> ScanResult:
 
 
 def _signal(
-    sig: signatures.Signature, fields: dict[str, Any], text: str, path: str, number: int, origin: Origin
+    sig: signatures.Signature,
+    fields: dict[str, Any],
+    text: str,
+    path: str,
+    number: int,
+    origin: Origin,
 ) -> LogSignal:
     rank = origin.rank
-    if rank is None and isinstance(fields.get("rank"), (int, str)) and str(fields["rank"]).isdigit():
+    if (
+        rank is None
+        and isinstance(fields.get("rank"), (int, str))
+        and str(fields["rank"]).isdigit()
+    ):
         rank = int(fields["rank"])
     return LogSignal(
         signature=sig.name,
@@ -280,14 +303,16 @@ class _Bounded:
 
 def _learn_ranks(result: ScanResult) -> None:
     """NCCL lines carry a pid, its init lines tie the pid to a rank: give every line its rank."""
-    rank_of = {
-        (s.host, s.pid): int(s.fields["rank"])
-        for s in result.signals
-        if s.pid is not None and str(s.fields.get("rank", "")).isdigit()
-    }
-    for item in [*result.signals, *result.tracebacks]:
-        if item.rank is None and (item.host, item.pid) in rank_of:
-            item.rank = rank_of[(item.host, item.pid)]
+    rank_of: dict[object, int] = {}
+    for s in result.signals:
+        pid = s.pid if s.pid is not None else s.fields.get("pid")
+        if pid is not None and str(s.fields.get("rank", "")).isdigit():
+            rank_of[(s.host, int(pid))] = rank_of[int(pid)] = int(s.fields["rank"])
+    items: list[LogSignal | TracebackRecord] = [*result.signals, *result.tracebacks]
+    for item in items:
+        pid = item.pid if item.pid is not None else getattr(item, "fields", {}).get("pid")
+        if item.rank is None and pid is not None:
+            item.rank = rank_of.get((item.host, int(pid)), rank_of.get(int(pid)))
 
 
 class _BlockParser:
@@ -298,12 +323,19 @@ class _BlockParser:
         self.open: dict[tuple[object, ...], _Block] = {}
         self.records: list[TracebackRecord] = []
         self.pyspy_pid: int | None = None
+        self.joined: list[tuple[int, str, Origin]] = []
+        self.report: tuple[int, list[str], Origin] | None = None
+        self.report_section = ""
 
     def reset(self) -> None:
         for key in list(self.open):
             self._close(key)
+        self._close_report()
+        self.report_section = ""
 
     def feed(self, number: int, text: str, origin: Origin) -> None:
+        if self._feed_report(number, text, origin):
+            return
         key = origin.key()
         block = self.open.get(key)
         stripped = text.strip()
@@ -311,10 +343,26 @@ class _BlockParser:
         if process:
             self.pyspy_pid = int(process.group("pid"))
             return
-        if stripped.startswith(_TB_START) or _FH_START.match(stripped) or _PYSPY_THREAD.match(stripped):
+        if (
+            stripped.startswith(_TB_START)
+            or _FH_START.match(stripped)
+            or _PYSPY_THREAD.match(stripped)
+        ):
             self._close(key)
-            style = "tb" if stripped.startswith(_TB_START) else "fh" if _FH_START.match(stripped) else "pyspy"
-            pid = origin.pid if origin.pid is not None else self.pyspy_pid if style == "pyspy" else None
+            style = (
+                "tb"
+                if stripped.startswith(_TB_START)
+                else "fh"
+                if _FH_START.match(stripped)
+                else "pyspy"
+            )
+            pid = (
+                origin.pid
+                if origin.pid is not None
+                else self.pyspy_pid
+                if style == "pyspy"
+                else None
+            )
             self.open[key] = _Block(style, number, origin, pid)
             return
         frame = _TB_FRAME.match(text) or _FH_FRAME.match(text)
@@ -327,7 +375,9 @@ class _BlockParser:
         if block.style == "pyspy":
             spy = _PYSPY_FRAME.match(text)
             if spy:
-                block.frames.append(Frame(function=spy["func"], file=spy["file"], line=int(spy["line"])))
+                block.frames.append(
+                    Frame(function=spy["func"], file=spy["file"], line=int(spy["line"]))
+                )
             elif stripped:
                 self._close(key)
             return
@@ -347,6 +397,38 @@ class _BlockParser:
             return
         if stripped and not text[:1].isspace():
             self._close(key)
+
+    def _feed_report(self, number: int, text: str, origin: Origin) -> bool:
+        """torchelastic's failure report spreads one failed rank over several lines: join them."""
+        stripped = text.strip()
+        if stripped in ("Failures:", "Root Cause (first observed failure):"):
+            self._close_report()
+            self.report_section = stripped
+            return True
+        if not self.report_section:
+            return False
+        if _REPORT_ENTRY.match(stripped):
+            self._close_report()
+            self.report = (number, [], origin)
+            return True
+        field_line = _REPORT_FIELD.match(text)
+        if field_line and self.report is not None:
+            self.report[1].append(f"{field_line['key']} : {field_line['value'].strip()}")
+            return True
+        self._close_report()
+        if stripped.startswith(("---", "===")) or stripped == "<NO_OTHER_FAILURES>":
+            return True
+        self.report_section = ""
+        return False
+
+    def _close_report(self) -> None:
+        if self.report is None:
+            return
+        number, fields, origin = self.report
+        self.report = None
+        if fields:
+            first = " first observed failure" if self.report_section.startswith("Root") else ""
+            self.joined.append((number, " ".join(fields) + first, origin))
 
     def _close(self, key: tuple[object, ...]) -> None:
         block = self.open.pop(key, None)

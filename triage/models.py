@@ -85,6 +85,9 @@ class Finding(Contract):
     confidence: float = Field(ge=0.0, le=1.0)
     evidence: list[str] = Field(default_factory=list, description="Evidence ids.")
     fix: str = ""
+    confirm: str = Field(
+        default="", description="Evidence that would confirm this hypothesis over its rivals."
+    )
 
 
 class RankGroup(Contract):

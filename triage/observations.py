@@ -121,7 +121,9 @@ class RankState(Payload):
 class LogSignal(Payload):
     """A log line matching a known failure signature, attributed to a rank where the log shows it."""
 
-    signature: str = Field(description="Name from the signature table, e.g. 'nccl.watchdog_timeout'.")
+    signature: str = Field(
+        description="Name from the signature table, e.g. 'nccl.watchdog_timeout'."
+    )
     text: str = Field(description="The matching line (bounded), prefixes stripped.")
     path: str
     line: int = Field(description="1-based line number in the file.")
@@ -149,7 +151,8 @@ class TracebackRecord(Payload):
     frames: list[Frame] = Field(default_factory=list, description="Innermost first.")
     user_frame: Frame | None = Field(default=None, description="Innermost frame of user code.")
     dump: bool = Field(
-        default=False, description="A stack dump of a live process (faulthandler, py-spy), not an error."
+        default=False,
+        description="A stack dump of a live process (faulthandler, py-spy), not an error.",
     )
 
 

@@ -24,6 +24,9 @@ class PlaybookStep(Contract):
     needs: list[str] = Field(
         default_factory=list, description="Context keys that must be set for the step to run."
     )
+    needs_any: list[str] = Field(
+        default_factory=list, description="At least one of these context keys must be set."
+    )
 
 
 class Playbook(Contract):

@@ -16,7 +16,9 @@ def signals(evidence: EvidenceSet, *names: str) -> list[tuple[Evidence, LogSigna
     return [(e, s) for e, s in found if not wanted or s.signature in wanted]
 
 
-def tracebacks(evidence: EvidenceSet, *, dumps: bool | None = None) -> list[tuple[Evidence, TracebackRecord]]:
+def tracebacks(
+    evidence: EvidenceSet, *, dumps: bool | None = None
+) -> list[tuple[Evidence, TracebackRecord]]:
     """Tracebacks (dumps=False), stack dumps (dumps=True) or both (None)."""
     found = evidence.payloads("traceback", TracebackRecord)
     return [(e, t) for e, t in found if dumps is None or t.dump == dumps]
