@@ -38,8 +38,7 @@ def sniff(path: Path) -> str:
         return "empty"
     if head[0] == 0x80 and len(head) > 1 and 2 <= head[1] <= 5:
         return "pickle"
-    stripped = head.lstrip()
-    if stripped[:1] in (b"{", b"["):
+    if head.lstrip()[:1] in (b"{", b"[") and _looks_like_json(head):
         if b'"message"' in head and (b'"extraInfo"' in head or b'"py_callstack"' in head):
             return "elastic_error"
         return "json"
@@ -48,6 +47,16 @@ def sniff(path: Path) -> str:
     text = head.decode("utf-8", "replace")
     odd = sum(1 for c in text if c == "\ufffd" or (ord(c) < 32 and c not in "\n\r\t\f\x1b"))
     return "binary" if odd > len(text) * 0.1 else "log"
+
+
+def _looks_like_json(head: bytes) -> bool:
+    """A JSON document, possibly cut by the sniff window; `[rank0]: ...` log lines are not."""
+    text = head.decode("utf-8", "replace").lstrip()
+    try:
+        _, end = json.JSONDecoder().raw_decode(text)
+    except json.JSONDecodeError as exc:
+        return exc.pos >= len(text) - 1 and len(head) == SNIFF
+    return not text[end:].strip()
 
 
 def _walk(paths: list[str]) -> tuple[list[Path], list[Gap]]:
