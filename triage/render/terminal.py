@@ -35,8 +35,9 @@ def _verdict(finding: Finding | None, symptom: str) -> RenderableType:
     if finding.ranks:
         body.append("Ranks: ", style="bold")
         body.append(f"{format_ranks(finding.ranks)}\n")
-    body.append("Where: ", style="bold")
-    body.append(f"{_where(finding.location)}\n")
+    if finding.location is not None:
+        body.append("Where: ", style="bold")
+        body.append(f"{_where(finding.location)}\n")
     if finding.fix:
         body.append("Fix: ", style="bold green")
         body.append(finding.fix)
@@ -99,12 +100,24 @@ def _bullets(title: str, lines: list[str], style: str = "") -> RenderableType | 
     return text
 
 
-def build(report: Report) -> Group:
-    evidence = [e.summary for e in report.evidence[:MAX_EVIDENCE_LINES]]
+def _evidence_lines(report: Report) -> list[str]:
+    """What the hypotheses cite comes first: with 10,000 files, the rest is context."""
+    cited = [i for f in report.hypotheses for i in f.evidence]
+    order = {eid: n for n, eid in enumerate(dict.fromkeys(cited))}
+    ranked = sorted(report.evidence, key=lambda e: order.get(e.id, len(order)))
+    lines = []
+    for item in ranked[:MAX_EVIDENCE_LINES]:
+        who = f"[rank {item.rank}] " if item.rank is not None else ""
+        lines.append(f"{who}{item.summary[:160]}  ({short_path(item.source)})")
     if len(report.evidence) > MAX_EVIDENCE_LINES:
-        evidence.append(
+        lines.append(
             f"... {len(report.evidence) - MAX_EVIDENCE_LINES} more (use --json or --format markdown)"
         )
+    return lines
+
+
+def build(report: Report) -> Group:
+    evidence = _evidence_lines(report)
     gaps = [f"{g.source}: {g.reason}" + (f" ({g.hint})" if g.hint else "") for g in report.gaps]
     parts = [
         _verdict(report.verdict, report.symptom),
