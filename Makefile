@@ -23,7 +23,9 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 bench: $(STAMP)
-	$(BIN)/python bench/hang_latency.py
+	-$(BIN)/python bench/hang_latency.py
+	-$(BIN)/python bench/log_scan.py
+	$(BIN)/python bench/eval_cases.py
 
 clean:
 	rm -rf $(VENV) build dist

@@ -12,14 +12,16 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import zlib
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from triage.logscan import MAX_LINE, ScanResult, scan_file
 from triage.models import Evidence, Gap
-from triage.observations import LogFile, TracebackRecord
+from triage.observations import LogFile, RankState, TracebackRecord
 from triage.registry import ToolError, ToolOutput, tool
+from triage.stacks import classify
 from triage.text import bound_text
 
 MAX_FILES = 50_000
@@ -98,6 +100,8 @@ def collect_files(paths: list[str]) -> ToolOutput:
     kinds: dict[str, list[str]] = {}
     for path in files:
         kinds.setdefault(sniff(path), []).append(str(path))
+    for empty in kinds.get("empty", [])[:20]:
+        gaps.append(Gap(source=empty, reason="empty file", tool="collect_files"))
     skipped = kinds.get("binary", []) + kinds.get("unreadable", [])
     if skipped:
         gaps.append(
@@ -219,7 +223,7 @@ def _evidence(result: ScanResult, ids: Counter[str]) -> list[Evidence]:
             )
         )
     for record in result.tracebacks:
-        out.append(_traceback_evidence(record, unique(f"tb:{name}:{record.line}")))
+        out += _traceback_evidence(record, unique(f"tb:{name}:{record.line}"))
     if out:
         rank = next((s.rank for s in result.signals if s.rank is not None), None)
         info = LogFile(
@@ -243,17 +247,59 @@ def _evidence(result: ScanResult, ids: Counter[str]) -> list[Evidence]:
     return out
 
 
-def _traceback_evidence(record: TracebackRecord, evidence_id: str) -> Evidence:
+def _traceback_evidence(record: TracebackRecord, evidence_id: str) -> list[Evidence]:
+    """The traceback or dump itself; a dump of a rank's main thread also becomes that rank's
+    classified state (kind "stack"), so pasted py-spy and faulthandler dumps of several
+    ranks reach the hang rules the way live py-spy dumps do."""
     what = "stack dump" if record.dump else (record.exception or "traceback")
     where = f" at {record.user_frame.file}:{record.user_frame.line}" if record.user_frame else ""
     message = f": {record.message[:160]}" if record.message else ""
     lines = [f'  File "{f.file}", line {f.line}, in {f.function}' for f in reversed(record.frames)]
-    return Evidence(
-        id=evidence_id,
-        kind="traceback",
-        source=f"{record.path}:{record.line}",
-        rank=record.rank,
-        summary=f"{what}{where}{message}",
-        data=record.model_dump(exclude_defaults=True),
-        excerpt=bound_text("\n".join(lines + [f"{record.exception or ''}{message}"]), 2000),
-    )
+    excerpt = bound_text("\n".join(lines + [f"{record.exception or ''}{message}"]), 2000)
+    out = [
+        Evidence(
+            id=evidence_id,
+            kind="traceback",
+            source=f"{record.path}:{record.line}",
+            rank=record.rank,
+            summary=f"{what}{where}{message}",
+            data=record.model_dump(exclude_defaults=True),
+            excerpt=excerpt,
+        )
+    ]
+    state = _dump_state(record)
+    if state is not None:
+        who = f"rank {state.rank}" if state.rank is not None else f"pid {state.pid}"
+        at = f" at {state.user_frame.location()}" if state.user_frame else ""
+        out.append(
+            Evidence(
+                id=evidence_id.replace("tb:", "stack:", 1),
+                kind="stack",
+                source=f"{record.path}:{record.line}",
+                rank=state.rank,
+                summary=f"{who} (stack dump in a log): {state.describe()}{at}",
+                data=state.model_dump(mode="json"),
+                excerpt=excerpt,
+            )
+        )
+    return out
+
+
+def _dump_state(record: TracebackRecord) -> RankState | None:
+    """A dump of a main thread as a RankState; None for tracebacks and threading's threads.
+
+    The dump's pid when it names one (py-spy's `Process N:`, NCCL prefixes), else a stable
+    negative placeholder: -1 - rank, or derived from where the dump sits in its file.
+    """
+    if not record.dump or not record.frames:
+        return None
+    outermost = record.frames[-1]
+    if outermost.file.endswith("threading.py") and outermost.function.startswith("_bootstrap"):
+        return None
+    if record.pid is not None:
+        pid = record.pid
+    elif record.rank is not None:
+        pid = -1 - record.rank
+    else:
+        pid = -(1 << 20) - zlib.crc32(f"{record.path}:{record.line}".encode()) % (1 << 30)
+    return classify(record.frames, pid=pid, rank=record.rank, host=record.host or "")

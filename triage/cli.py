@@ -230,9 +230,9 @@ def _analyze(
             report = Report.model_validate_json(report.model_dump_json().replace(pasted, "<stdin>"))
     emit(report, fmt)
     if not report.evidence:
-        typer.echo(
-            "triage: error: no evidence could be read from the given paths (see gaps)", err=True
-        )
+        gap = report.gaps[0] if report.gaps else None
+        why = f"{gap.source}: {gap.reason}" if gap else "nothing could be read"
+        typer.echo(f"triage: error: no evidence: {why}", err=True)
         raise typer.Exit(1)
 
 

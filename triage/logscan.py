@@ -123,16 +123,38 @@ def split_prefix(line: str, base: Origin) -> tuple[str, Origin]:
     return line, origin
 
 
+_compiled: tuple[int, Any, dict[bytes, int]] | None = None
+
+
 def _prefilter() -> tuple[Any, dict[bytes, int]]:
+    """One RE2 DFA over every anchor, compiled once per anchor table (plugins may add some)."""
+    global _compiled
     table = signatures.anchors()
-    pattern = b"|".join(re.escape(a).encode() for a in sorted(table, key=len, reverse=True))
-    return re2.compile(pattern), {a.encode(): after for a, after in table.items()}
+    if _compiled is None or _compiled[0] != len(table):
+        ordered = sorted(table, key=len, reverse=True)
+        pattern = re2.compile(b"|".join(re.escape(a).encode() for a in ordered))
+        _compiled = (len(table), pattern, {a.encode(): after for a, after in table.items()})
+    return _compiled[1], _compiled[2]
+
+
+def _clip(raw: bytes, pattern: Any) -> bytes:
+    """A line longer than MAX_LINE keeps what matters: the text after the last carriage
+    return (a progress bar's final state), else the stretch around the first anchor."""
+    if len(raw) <= MAX_LINE:
+        return raw
+    redrawn = raw[raw.rfind(b"\r") + 1 :]
+    if len(redrawn) <= MAX_LINE:
+        return redrawn
+    hit = pattern.search(redrawn)
+    start = max(0, hit.start() - MAX_LINE // 4) if hit else 0
+    return redrawn[start : start + MAX_LINE]
 
 
 class _Window:
     """Hit lines plus their context, bounded: the first HEAD_LINES and the last TAIL_LINES."""
 
-    def __init__(self) -> None:
+    def __init__(self, pattern: Any) -> None:
+        self.pattern = pattern
         self.head: list[tuple[int, str]] = []
         self.tail: deque[tuple[int, str]] = deque(maxlen=TAIL_LINES)
         self.dropped = 0
@@ -142,7 +164,8 @@ class _Window:
         if number <= self.last:
             return
         self.last = number
-        text = raw[:MAX_LINE].decode("utf-8", "replace").rstrip("\r").replace("\x00", "")
+        raw = _clip(raw, self.pattern)
+        text = raw.decode("utf-8", "replace").rstrip("\r").replace("\x00", "")
         if len(self.head) < HEAD_LINES:
             self.head.append((number, text))
         else:
@@ -160,7 +183,7 @@ def hit_lines(path: Path) -> tuple[list[tuple[int, str]], int, int]:
     Returns the lines, the file's line count and how many hit lines were dropped.
     """
     pattern, after_of = _prefilter()
-    window = _Window()
+    window = _Window(pattern)
     base_line = 1
     carry = b""
     pending = 0
@@ -172,7 +195,11 @@ def hit_lines(path: Path) -> tuple[list[tuple[int, str]], int, int]:
                 break
             if block:
                 cut = data.rfind(b"\n") + 1
-                if cut == 0:  # no newline in 16 MB: binary or one giant line; keep its end only
+                if cut == 0:  # no newline in 16 MB: binary or one giant line
+                    hit = pattern.search(data)
+                    if hit:
+                        start = max(0, hit.start() - MAX_LINE // 4)
+                        window.add(base_line, data[start : start + MAX_LINE])
                     carry = data[-MAX_LINE:]
                     continue
                 data, carry = data[:cut], data[cut:][-(CHUNK):]
@@ -324,6 +351,7 @@ class _BlockParser:
         self.records: list[TracebackRecord] = []
         self.pyspy_pid: int | None = None
         self.joined: list[tuple[int, str, Origin]] = []
+        self.seen: dict[tuple[object, ...], int] = {}
         self.report: tuple[int, list[str], Origin] | None = None
         self.report_section = ""
 
@@ -433,6 +461,10 @@ class _BlockParser:
     def _close(self, key: tuple[object, ...]) -> None:
         block = self.open.pop(key, None)
         if block is None or not block.frames:
+            return
+        same = (block.origin.key(), block.exception, tuple(f.key() for f in block.frames[:8]))
+        self.seen[same] = self.seen.get(same, 0) + 1
+        if self.seen[same] > PER_KEY_FIRST:  # a traceback repeated every step reads as one
             return
         frames = list(reversed(block.frames)) if block.style == "tb" else block.frames
         user = next((f for f in frames if is_user_code(f.file)), None)

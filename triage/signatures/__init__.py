@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import re2  # type: ignore[import-untyped]
+
 Extract = Callable[[re.Match[str]], dict[str, Any]]
 
 
@@ -101,10 +103,36 @@ def anchors() -> dict[str, int]:
     return out
 
 
+_index: tuple[int, Any, list[tuple[str, list[Signature]]]] | None = None
+
+
+def _lookup() -> tuple[Any, list[tuple[str, list[Signature]]]]:
+    """Anchors -> signatures, and one RE2 pattern that says whether a line has any anchor."""
+    global _index
+    table = load()
+    if _index is None or _index[0] != len(table):
+        by_anchor: dict[str, list[Signature]] = {}
+        for sig in table.values():
+            for anchor in sig.anchors:
+                by_anchor.setdefault(anchor, []).append(sig)
+        pattern = re2.compile("|".join(re.escape(a) for a in sorted(by_anchor, key=len, reverse=True)))
+        _index = (len(table), pattern, list(by_anchor.items()))
+    return _index[1], _index[2]
+
+
 def matches(line: str) -> Iterator[tuple[Signature, dict[str, Any]]]:
     """Every signature matching a line: anchors first, the full regex only then."""
-    for sig in load().values():
-        if any(anchor in line for anchor in sig.anchors):
+    pattern, by_anchor = _lookup()
+    if not pattern.search(line):
+        return
+    tried: set[str] = set()
+    for anchor, sigs in by_anchor:
+        if anchor not in line:
+            continue
+        for sig in sigs:
+            if sig.name in tried:
+                continue
+            tried.add(sig.name)
             fields = sig.match(line)
             if fields is not None:
                 yield sig, fields
