@@ -17,7 +17,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from triage.logscan import MAX_LINE, ScanResult, scan_file
+from triage.logscan import MAX_LINE, ScanResult, learn_ranks, scan_file
 from triage.models import Evidence, Gap
 from triage.observations import LogFile, RankState, TracebackRecord
 from triage.registry import ToolError, ToolOutput, tool
@@ -134,15 +134,17 @@ def scan_logs(log_files: list[str]) -> ToolOutput:
     evidence: list[Evidence] = []
     gaps: list[Gap] = []
     ids: Counter[str] = Counter()
+    results: list[ScanResult] = []
     for name in log_files:
-        path = Path(name)
         try:
-            result = _scan(path)
+            results.append(_scan(Path(name)))
         except OSError as exc:
             gaps.append(
                 Gap(source=name, reason=f"cannot read: {exc.strerror or exc}", tool="scan_logs")
             )
-            continue
+    learn_ranks(results)
+    for result in results:
+        name = result.path
         evidence += _evidence(result, ids)
         if result.dropped:
             gaps.append(

@@ -129,11 +129,12 @@ _compiled: tuple[int, Any, dict[bytes, int]] | None = None
 def _prefilter() -> tuple[Any, dict[bytes, int]]:
     """One RE2 DFA over every anchor, compiled once per anchor table (plugins may add some)."""
     global _compiled
-    table = signatures.anchors()
-    if _compiled is None or _compiled[0] != len(table):
+    version = len(signatures.load()) + len(signatures.BLOCK_ANCHORS)
+    if _compiled is None or _compiled[0] != version:
+        table = signatures.anchors()
         ordered = sorted(table, key=len, reverse=True)
         pattern = re2.compile(b"|".join(re.escape(a).encode() for a in ordered))
-        _compiled = (len(table), pattern, {a.encode(): after for a, after in table.items()})
+        _compiled = (version, pattern, {a.encode(): after for a, after in table.items()})
     return _compiled[1], _compiled[2]
 
 
@@ -275,7 +276,7 @@ def scan_file(path: Path) -> ScanResult:
             bounded.add(_signal(sig, fields, text, str(path), number, origin))
     result.signals = bounded.items()
     result.tracebacks = parser.records
-    _learn_ranks(result)
+    learn_ranks([result])
     return result
 
 
@@ -328,18 +329,41 @@ class _Bounded:
         return sorted(out, key=lambda s: s.line)
 
 
-def _learn_ranks(result: ScanResult) -> None:
-    """NCCL lines carry a pid, its init lines tie the pid to a rank: give every line its rank."""
-    rank_of: dict[object, int] = {}
-    for s in result.signals:
-        pid = s.pid if s.pid is not None else s.fields.get("pid")
-        if pid is not None and str(s.fields.get("rank", "")).isdigit():
-            rank_of[(s.host, int(pid))] = rank_of[int(pid)] = int(s.fields["rank"])
-    items: list[LogSignal | TracebackRecord] = [*result.signals, *result.tracebacks]
-    for item in items:
-        pid = item.pid if item.pid is not None else getattr(item, "fields", {}).get("pid")
-        if item.rank is None and pid is not None:
-            item.rank = rank_of.get((item.host, int(pid)), rank_of.get(int(pid)))
+def learn_ranks(results: list[ScanResult]) -> None:
+    """Give every line its global rank when some line ties its writer to one.
+
+    NCCL lines carry a pid and NCCL's init lines tie the pid to a rank; torchrun's
+    `[default1]:` prefix is a local rank and its failure report ties local ranks to ranks.
+    The ties may sit in other files (per-pid NCCL files beside per-rank logs).
+    """
+    by_pid: dict[object, int] = {}
+    by_local: dict[object, set[int]] = {}
+    hosts: set[str | None] = set()
+    for result in results:
+        for s in result.signals:
+            rank = s.fields.get("rank", s.rank)
+            if not str(rank).isdigit():
+                continue
+            pid = s.pid if s.pid is not None else s.fields.get("pid")
+            if pid is not None and str(pid).isdigit():
+                by_pid[(s.host, int(pid))] = by_pid[int(pid)] = int(rank)
+            local = s.fields.get("local_rank")
+            if local is not None and str(local).isdigit():
+                host = s.fields.get("host", s.host)
+                hosts.add(host)
+                by_local.setdefault(int(local), set()).add(int(rank))
+    one_node = len(hosts) <= 1
+    for result in results:
+        items: list[LogSignal | TracebackRecord] = [*result.signals, *result.tracebacks]
+        for item in items:
+            if item.rank is not None:
+                continue
+            pid = item.pid if item.pid is not None else getattr(item, "fields", {}).get("pid")
+            if pid is not None and str(pid).isdigit():
+                item.rank = by_pid.get((item.host, int(pid)), by_pid.get(int(pid)))
+            if item.rank is None and item.local_rank is not None and one_node:
+                candidates = by_local.get(item.local_rank, set())
+                item.rank = next(iter(candidates)) if len(candidates) == 1 else None
 
 
 class _BlockParser:

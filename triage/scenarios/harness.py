@@ -154,7 +154,7 @@ def stack_signature(
     )
 
 
-def _die_with_parent() -> None:
+def die_with_parent_process() -> None:
     """In the child before exec: SIGKILL me when the thread that started me exits (Linux)."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -281,7 +281,7 @@ class RankJob:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 cwd=str(self.log_dir),
-                preexec_fn=_die_with_parent if self.die_with_parent else None,
+                preexec_fn=die_with_parent_process if self.die_with_parent else None,
             )
             self.procs.append(p)
             self.pids.append(p.pid)
