@@ -104,8 +104,7 @@ def file_origin(path: str) -> Origin:
 def split_prefix(line: str, base: Origin) -> tuple[str, Origin]:
     """Strip `[rank3]:`, `[default3]:` and NCCL's `host:pid:tid [dev]` prefixes into an Origin."""
     origin = Origin(base.rank, base.local_rank, base.host, base.pid)
-    found = _RANK_PREFIX.match(line)
-    if found:
+    while found := _RANK_PREFIX.match(line):  # torchrun may stack `[default2]:[rank2]:`
         number = int(found.group("n"))
         if found.group("role").lower() == "rank":
             origin.rank = number
@@ -341,8 +340,8 @@ def learn_ranks(results: list[ScanResult]) -> None:
     hosts: set[str | None] = set()
     for result in results:
         for s in result.signals:
-            rank = s.fields.get("rank", s.rank)
-            if not str(rank).isdigit():
+            rank = str(s.fields.get("rank", s.rank))
+            if not rank.isdigit():
                 continue
             pid = s.pid if s.pid is not None else s.fields.get("pid")
             if pid is not None and str(pid).isdigit():
