@@ -57,7 +57,8 @@ def _looks_like_json(head: bytes) -> bool:
     try:
         _, end = json.JSONDecoder().raw_decode(text)
     except json.JSONDecodeError as exc:
-        return exc.pos >= len(text) - 1 and len(head) == SNIFF
+        cut = exc.pos >= len(text) - 1 or exc.msg.startswith("Unterminated string")
+        return cut and len(head) == SNIFF
     return not text[end:].strip()
 
 
@@ -296,7 +297,8 @@ def _dump_state(record: TracebackRecord) -> RankState | None:
     if not record.dump or not record.frames:
         return None
     outermost = record.frames[-1]
-    if outermost.file.endswith("threading.py") and outermost.function.startswith("_bootstrap"):
+    function = outermost.function.rsplit(".", 1)[-1]  # py-spy says `Thread._bootstrap`
+    if outermost.file.endswith("threading.py") and function.startswith("_bootstrap"):
         return None
     if record.pid is not None:
         pid = record.pid

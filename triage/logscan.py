@@ -56,7 +56,7 @@ for _anchor, _after in (
     (' (idle): "', 200),
     (' (active): "', 200),
     (' (active+gil): "', 200),
-    ('File "', 0),
+    ('File "', 1),
     ("Root Cause (first observed failure):", 12),
     ("Failures:", 60),
 ):

@@ -1,0 +1,396 @@
+"""Out of memory, on the GPU and on the host: the lines that say so, with their numbers.
+
+The CUDA caching allocator's message changed over the years; every version names
+the request and most name the device's capacity, what is free, and what PyTorch
+holds. Those numbers are what tell the causes apart (capacity, fragmentation,
+memory held by other processes), so `memory.cuda_oom` extracts them all, as
+bytes, from whichever format the line is in:
+
+- torch <= 1.3: `Tried to allocate X (GPU 0; T total capacity; A already allocated;
+  F free; C cached)`
+- torch 1.4 - 2.0: `... F free; [L allowed; ]R reserved in total by PyTorch)`
+- torch >= 2.1: `Tried to allocate X. GPU 0 has a total capacity of T of which F is
+  free. [Process P has U memory in use. ][Including non-PyTorch memory, this process
+  has U memory in use. ][L allowed; ]Of the allocated memory A is allocated by
+  PyTorch, [with P allocated in private pools (e.g., CUDA Graphs), ]and U is
+  reserved by PyTorch but unallocated.` (2.1 spelled it "total capacty")
+
+Host OOM leaves fewer words: the kernel's OOM killer, a SIGKILLed worker,
+`std::bad_alloc`, `MemoryError`, ENOMEM. Worker exits with -9 are the launcher's
+signatures (`elastic.*` in launcher.py); the rules read those, not copies here.
+
+The module also holds the typed facts `read_memory` gathers from memory snapshots
+and `torch.cuda.memory_stats()` dumps, so the tool and the rules share one schema.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import Field
+
+from triage.observations import Frame, Payload
+from triage.signatures import parse_size, signature
+from triage.stacks import is_user_code
+
+SIZE = r"[\d.]+ ?(?:bytes|[KMGT]iB)"
+
+_LEGACY = re.compile(r"\(GPU (?P<device>\d+); ")
+_LEGACY_PARTS = {
+    "capacity": re.compile(rf"(?P<size>{SIZE}) total capacity"),
+    "allocated": re.compile(rf"(?P<size>{SIZE}) already allocated"),
+    "free": re.compile(rf"; (?P<size>{SIZE}) free\b"),
+    "allowed": re.compile(rf"(?P<size>{SIZE}) allowed;"),
+    "reserved": re.compile(rf"(?P<size>{SIZE}) reserved in total by PyTorch"),
+    "unallocated": re.compile(rf"(?P<size>{SIZE}) cached"),  # torch <= 1.3: reserved, unused
+}
+_CAPACITY = re.compile(
+    rf"GPU (?P<device>\d+) has a total capac(?:i)?ty of (?P<capacity>{SIZE}) of which "
+    rf"(?P<free>{SIZE}) is free"
+)
+_ALLOWED = re.compile(rf"(?P<allowed>{SIZE}) allowed;")
+_SPLIT = re.compile(
+    rf"Of the allocated memory (?P<allocated>{SIZE}) is allocated by PyTorch, "
+    rf"(?:with (?P<private>{SIZE}) allocated in private pools[^,]*, )?"
+    rf"and (?P<unallocated>{SIZE}) is reserved by PyTorch but unallocated"
+)
+_SELF = re.compile(rf"this process has (?P<used>{SIZE}) memory in use")
+_PROCESS = re.compile(rf"Process (?P<pid>\d+) has (?P<used>{SIZE}) memory in use")
+
+
+def _size(text: str | None) -> int | None:
+    return parse_size(text)
+
+
+def format_size(size: int) -> str:
+    """Bytes the way torch prints them in OOM messages: '962.69 MiB'."""
+    if abs(size) < 1024:
+        return f"{size} bytes"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(size) >= scale:
+            return f"{size / scale:.2f} {unit}"
+    return f"{size} bytes"
+
+
+def cuda_oom_numbers(line: str) -> dict[str, Any]:
+    """Every number of a caching-allocator OOM line, in bytes; absent ones are left out.
+
+    `reserved` and `unallocated` are derived when the format gives only the other one.
+    """
+    out: dict[str, Any] = {}
+    legacy = _LEGACY.search(line)
+    if legacy:  # each part on its own: pasted messages are often cut short
+        out["format"] = "legacy"
+        out["device"] = int(legacy["device"])
+        rest = line[legacy.end() - 2 :]
+        for key, part in _LEGACY_PARTS.items():
+            found = part.search(rest)
+            if found:
+                out[key] = _size(found["size"])
+    capacity = _CAPACITY.search(line)
+    if capacity:
+        out["format"] = "2.x"
+        out["device"] = int(capacity["device"])
+        out["capacity"], out["free"] = _size(capacity["capacity"]), _size(capacity["free"])
+        allowed = _ALLOWED.search(line)
+        if allowed:
+            out["allowed"] = _size(allowed["allowed"])
+    split = _SPLIT.search(line)
+    if split:
+        out["allocated"] = _size(split["allocated"])
+        out["unallocated"] = _size(split["unallocated"])
+        if split["private"]:
+            out["private_pools"] = _size(split["private"])
+    own = _SELF.search(line)
+    if own:
+        out["this_process"] = _size(own["used"])
+    processes = [{"pid": int(p["pid"]), "used": _size(p["used"])} for p in _PROCESS.finditer(line)]
+    if processes:
+        out["processes"] = processes
+    allocated, reserved, unallocated = (
+        out.get("allocated"),
+        out.get("reserved"),
+        out.get("unallocated"),
+    )
+    if reserved is None and allocated is not None and unallocated is not None:
+        out["reserved"] = allocated + unallocated
+    elif unallocated is None and allocated is not None and reserved is not None:
+        out["unallocated"] = max(0, reserved - allocated)
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _cuda_oom(found: re.Match[str]) -> dict[str, Any]:
+    out = cuda_oom_numbers(found.string)
+    requested = _size(found["requested_text"])
+    if requested is not None:
+        out["requested"] = requested
+    return out
+
+
+def _bytes_field(name: str) -> Any:
+    def extract(found: re.Match[str]) -> dict[str, Any]:
+        value = found[name]
+        return {name: int(value)} if value and value.isdigit() else {}
+
+    return extract
+
+
+def _kb_field(found: re.Match[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {"victim_pid": int(found["victim_pid"])}
+    if found["anon_rss"]:
+        out["anon_rss"] = int(found["anon_rss"]) * 1024
+    return out
+
+
+# --- the GPU ---------------------------------------------------------------------------
+
+signature(
+    "memory.cuda_oom",
+    rf"(?P<api>CUDA|HIP|XPU) out of memory\.(?: Tried to allocate (?P<requested_text>{SIZE}|more than \S+))?",
+    anchors="out of memory.",
+    summary="the CUDA caching allocator could not serve a request; the line holds its numbers",
+    extract=_cuda_oom,
+)
+
+signature(
+    "memory.oom_exception",
+    r"(?<![\w.])(?P<exception>(?:torch\.)?(?:cuda\.)?OutOfMemoryError)\b",
+    anchors="OutOfMemoryError",
+    summary="torch raised OutOfMemoryError (the GPU ran out of memory)",
+)
+
+signature(
+    "memory.cuda_error_oom",
+    r"(?P<error>CUDA error: out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation"
+    r"|HIP error: out of memory|hipErrorOutOfMemory|cuda runtime error \(2\) : out of memory"
+    r"|error=2 : out of memory)",
+    anchors=(
+        "CUDA error: out of memory",
+        "CUDA_ERROR_OUT_OF_MEMORY",
+        "cudaErrorMemoryAllocation",
+        "HIP error: out of memory",
+        "hipErrorOutOfMemory",
+        "cuda runtime error (2) : out of memory",
+        "error=2 : out of memory",
+    ),
+    summary="a CUDA call outside the caching allocator (context, kernel, library) ran out of memory",
+)
+
+signature(
+    "memory.library_alloc_failed",
+    r"(?P<library>CUBLAS|CUDNN|CUSOLVER|CUSPARSE)_STATUS_ALLOC_FAILED",
+    anchors="_STATUS_ALLOC_FAILED",
+    summary="a CUDA library could not allocate its workspace or handle: the GPU is full",
+)
+
+signature(
+    "memory.nccl_cuda_oom",
+    r"Cuda failure (?:\d+ )?'out of memory'|Failed to CUDA calloc (?P<requested>\d+) bytes",
+    anchors=("'out of memory'", "Failed to CUDA calloc"),
+    summary="NCCL could not allocate its GPU buffers: the GPU is full",
+    extract=_bytes_field("requested"),
+)
+
+signature(
+    "memory.gpu_process_usage",
+    rf"Process (?P<process_pid>\d+) has (?P<used>{SIZE}) memory in use",
+    anchors=" memory in use",
+    summary="a process holds memory on the GPU that ran out (NVML's list in the OOM message)",
+    extract=lambda found: {"used": _size(found["used"]), "process_pid": int(found["process_pid"])},
+)
+
+# --- the host --------------------------------------------------------------------------
+
+signature(
+    "memory.oom_killer",
+    r"(?:(?P<scope>Memory cgroup out of memory|Out of memory|out of memory): )?"
+    r"Kill(?:ed)? process (?P<victim_pid>\d+) \((?P<comm>[^)]*)\)(?:.*?anon-rss:(?P<anon_rss>\d+)kB)?",
+    anchors=("Kill process", "Killed process"),
+    summary="the kernel's OOM killer killed a process (host RAM or the container's memory limit)",
+    extract=_kb_field,
+)
+
+signature(
+    "memory.slurm_oom_kill",
+    r"Detected (?P<count>\d+) oom[-_]kill event",
+    anchors=("oom-kill event", "oom_kill event"),
+    summary="Slurm saw the cgroup OOM killer kill processes of the job step",
+)
+
+signature(
+    "memory.container_oom",
+    r"\bOOMKilled\b",
+    anchors="OOMKilled",
+    summary="the container was killed for exceeding its memory limit",
+)
+
+signature(
+    "memory.exit_137",
+    r"\bexit(?:ed)?(?: with)?[ _](?:code|status)[:=]? ?137\b",
+    anchors=("code 137", "code: 137", "code=137", "status 137", "status: 137", "status=137"),
+    summary="a process exited with 137 (128 + SIGKILL): usually a memory limit",
+)
+
+signature(
+    "memory.shell_killed",
+    r"^\s*Killed\s*$|line \d+: +(?P<killed_pid>\d+) Killed\b",
+    anchors="Killed",
+    summary="the shell reports its child was SIGKILLed (a lone 'Killed' ends the output)",
+)
+
+signature(
+    "memory.slurm_task_oom",
+    r"task (?P<rank>\d+): Out Of Memory",
+    anchors=": Out Of Memory",
+    summary="srun reports a task killed for exceeding the job's memory",
+)
+
+signature(
+    "memory.ray_oom",
+    r"ray\.exceptions\.OutOfMemoryError|killed due to the node running low on memory",
+    anchors=("ray.exceptions.OutOfMemoryError", "running low on memory"),
+    summary="Ray's memory monitor killed a worker: the node's host memory ran low",
+)
+
+signature(
+    "memory.dataloader_killed",
+    r"DataLoader worker \(pid (?P<worker_pid>\d+)\) is killed by signal: (?P<signal>[^.]+)",
+    anchors="is killed by signal:",
+    summary="a DataLoader worker died from a signal ('Killed' is SIGKILL, usually the OOM killer)",
+)
+
+signature(
+    "memory.dataloader_exited",
+    r"DataLoader worker \(pid\(s\) (?P<worker_pids>[\d, ]+)\) exited unexpectedly",
+    anchors="exited unexpectedly",
+    summary="DataLoader workers died without a Python error (killed, crashed, or out of shared memory)",
+)
+
+signature(
+    "memory.bad_alloc",
+    r"std::bad_alloc",
+    anchors="std::bad_alloc",
+    summary="C++ code could not allocate host memory",
+)
+
+signature(
+    "memory.host_memory_error",
+    r"^(?:[\w.]*\.)?_?(?:Array)?MemoryError(?::\s*(?P<detail>.*))?\s*$",
+    anchors="MemoryError",
+    summary="Python ran out of host memory (MemoryError)",
+)
+
+signature(
+    "memory.cpu_allocator",
+    r"DefaultCPUAllocator: (?:not enough memory|can't allocate memory): "
+    r"you tried to allocate (?P<requested>\d+) bytes",
+    anchors="DefaultCPUAllocator:",
+    summary="torch's CPU allocator could not allocate host memory",
+    extract=_bytes_field("requested"),
+)
+
+signature(
+    "memory.enomem",
+    r"^(?!.*(?:ibv_|NET/IB|memlock|MEMLOCK)).*?[Cc]annot allocate memory",
+    anchors=("Cannot allocate memory", "cannot allocate memory"),
+    summary="a system call failed with ENOMEM (host memory or a memory limit exhausted); "
+    "InfiniBand memory registration (ibv_reg_mr, a memlock limit) is not host OOM",
+)
+
+CUDA_OOM_SIGNALS = (
+    "memory.cuda_oom",
+    "memory.oom_exception",
+    "memory.cuda_error_oom",
+    "memory.library_alloc_failed",
+    "memory.nccl_cuda_oom",
+)
+HOST_OOM_SIGNALS = (
+    "memory.oom_killer",
+    "memory.slurm_oom_kill",
+    "memory.container_oom",
+    "memory.exit_137",
+    "memory.shell_killed",
+    "memory.slurm_task_oom",
+    "memory.ray_oom",
+    "memory.dataloader_killed",
+    "memory.dataloader_exited",
+    "memory.bad_alloc",
+    "memory.host_memory_error",
+    "memory.cpu_allocator",
+    "memory.enomem",
+)
+
+
+# --- facts from memory dumps (read_memory) ---------------------------------------------
+
+
+def user_frame(frames: list[Frame]) -> Frame | None:
+    """The innermost Python frame of user code in a snapshot stack (C++ frames skipped)."""
+    return next((f for f in frames if f.file.endswith(".py") and is_user_code(f.file)), None)
+
+
+class AllocationSite(Payload):
+    """Bytes held by allocations made from one user line."""
+
+    frame: Frame
+    bytes: int
+    count: int = 0
+
+
+class MemoryDump(Payload):
+    """One device's memory as a snapshot or a memory_stats dump saw it; sizes in bytes."""
+
+    path: str
+    format: str = Field(description="'snapshot' (torch.cuda.memory._snapshot) or 'memory_stats'.")
+    label: str = Field(default="", description="Entry within the file: device, step or key.")
+    rank: int | None = None
+    device: int | None = None
+    allocated: int | None = None
+    reserved: int | None = None
+    active: int | None = None
+    inactive: int | None = Field(default=None, description="Reserved but not allocated.")
+    inactive_split: int | None = Field(
+        default=None, description="Free bytes inside segments that also hold live blocks."
+    )
+    largest_free_block: int | None = None
+    peak_allocated: int | None = None
+    peak_reserved: int | None = None
+    segments: int | None = None
+    num_ooms: int | None = None
+    num_alloc_retries: int | None = None
+    oom_requested: int | None = Field(default=None, description="Size of the request that failed.")
+    oom_device_free: int | None = Field(default=None, description="Free on the device at the OOM.")
+    oom_frames: list[Frame] = Field(
+        default_factory=list, description="Where the failed request came from, innermost first."
+    )
+    top_sites: list[AllocationSite] = Field(
+        default_factory=list, description="Live allocations grouped by user line, largest first."
+    )
+    trace_growth: int | None = Field(
+        default=None, description="Rise of the memory floor across the recorded allocation trace."
+    )
+    unfreed_sites: list[AllocationSite] = Field(
+        default_factory=list, description="Allocations of the trace never freed, by user line."
+    )
+    expandable_segments: bool | None = None
+
+
+class GrowthPoint(Payload):
+    label: str
+    allocated: int | None = None
+    reserved: int | None = None
+
+
+class MemoryGrowth(Payload):
+    """One device's memory across several dumps in order: a leak grows, a working set does not."""
+
+    rank: int | None = None
+    device: int | None = None
+    points: list[GrowthPoint]
+    growth: int = Field(description="Allocated bytes, last minus first.")
+    monotonic: bool
+    growing_sites: list[AllocationSite] = Field(
+        default_factory=list, description="User lines whose live bytes grew most, first to last."
+    )
+    paths: list[str] = Field(default_factory=list)
