@@ -43,6 +43,8 @@ _FH_START = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent
 _PYSPY_THREAD = re.compile(r'^Thread (?P<tid>\d+) \((?:idle|active)[^)]*\): "(?P<name>[^"]*)"')
 _PYSPY_PROCESS = re.compile(r"^Process (?P<pid>\d+): ")
 _PYSPY_FRAME = re.compile(r"^\s+(?P<func>[^\s(][^(]*?) \((?P<file>[^():]+):(?P<line>\d+)\)\s*$")
+_FR_START = "Stack trace of the failed collective:"
+_FR_FRAME = re.compile(r"^#\d+ (?P<func>\S.*?) from (?P<file>.+):(?P<line>\d+)$")
 _REPORT_ENTRY = re.compile(r"^\[\d+\]:\s*$")
 _REPORT_FIELD = re.compile(r"^\s+(?P<key>[a-z_]+)\s*:\s?(?P<value>.*)$")
 _EXC_LINE = re.compile(
@@ -58,6 +60,7 @@ for _anchor, _after in (
     (' (active+gil): "', 200),
     ('File "', 1),
     ("Root Cause (first observed failure):", 12),
+    (_FR_START, 80),
     ("Failures:", 60),
 ):
     signatures.block_anchor(_anchor, _after)
@@ -375,6 +378,7 @@ class _BlockParser:
         self.pyspy_pid: int | None = None
         self.joined: list[tuple[int, str, Origin]] = []
         self.seen: dict[tuple[object, ...], int] = {}
+        self.fr_key: tuple[object, ...] | None = None
         self.report: tuple[int, list[str], Origin] | None = None
         self.report_section = ""
 
@@ -390,6 +394,19 @@ class _BlockParser:
         key = origin.key()
         block = self.open.get(key)
         stripped = text.strip()
+        if _FR_START in stripped:
+            self._close(key)
+            self.open[key] = _Block("fr", number, origin, origin.pid, message=_FR_START[:-1])
+            self.fr_key = key
+            return
+        collective_frame = _FR_FRAME.match(stripped)
+        if collective_frame and self.fr_key in self.open:
+            # torch prints the frames without the rank prefix of the line announcing them
+            frame_of = collective_frame
+            self.open[self.fr_key].frames.append(
+                Frame(function=frame_of["func"], file=frame_of["file"], line=int(frame_of["line"]))
+            )
+            return
         process = _PYSPY_PROCESS.match(stripped)
         if process:
             self.pyspy_pid = int(process.group("pid"))
@@ -429,7 +446,7 @@ class _BlockParser:
                 block.frames.append(
                     Frame(function=spy["func"], file=spy["file"], line=int(spy["line"]))
                 )
-            elif stripped:
+            elif stripped and not text[:1].isspace():  # `--locals` lines are indented
                 self._close(key)
             return
         if frame:

@@ -115,7 +115,9 @@ def _lookup() -> tuple[Any, list[tuple[str, list[Signature]]]]:
         for sig in table.values():
             for anchor in sig.anchors:
                 by_anchor.setdefault(anchor, []).append(sig)
-        pattern = re2.compile("|".join(re.escape(a) for a in sorted(by_anchor, key=len, reverse=True)))
+        pattern = re2.compile(
+            "|".join(re.escape(a) for a in sorted(by_anchor, key=len, reverse=True))
+        )
         _index = (len(table), pattern, list(by_anchor.items()))
     return _index[1], _index[2]
 

@@ -1,0 +1,780 @@
+"""Launch/setup errors, DDP unused parameters and NaNs: each cause named from real text.
+
+The texts are as torch, NCCL, argparse and the training libraries print them: the gloo and
+argparse ones were captured from runs of torch 2.15 here (torchrun on CPU; user script paths
+shortened to /workspace), the GPU and older-version ones come from public issue reports.
+Each case goes through the real engine: collect_files, scan_logs and the rules.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from triage.engine import analyze, triage
+from triage.models import Finding, Report
+from triage.playbooks import load_playbooks
+from triage.signatures import matches
+
+VENV = "/opt/venv/lib/python3.11/site-packages"
+
+# --- real text: launcher and script arguments --------------------------------------------
+
+# python -m torch.distributed.launch --nproc-per-node 2 args.py --epochs 3 (torch 2.15)
+LAUNCH_HYPHEN = "\n".join(
+    [
+        f"{VENV}/torch/distributed/launch.py:207: FutureWarning: The module "
+        "torch.distributed.launch is deprecated",
+        "and will be removed in future. Use torchrun.",
+        "Note that --use-env is set by default in torchrun.",
+        "If your script expects `--local-rank` argument to be set, please",
+        "change it to read from `os.environ['LOCAL_RANK']` instead. See ",
+        "https://pytorch.org/docs/stable/distributed.html#launch-utility for ",
+        "further instructions",
+        "",
+        "  main()",
+        "usage: args.py [-h] [--local_rank LOCAL_RANK]",
+        "args.py: error: unrecognized arguments: --local-rank=0 --epochs 3",
+        "usage: args.py [-h] [--local_rank LOCAL_RANK]",
+        "args.py: error: unrecognized arguments: --local-rank=1 --epochs 3",
+        "W1121 21:03:57.363000 17597 torch/distributed/elastic/multiprocessing/api.py:1028] "
+        "Sending process 17614 closing signal SIGTERM",
+        "E1121 21:03:57.371000 17597 torch/distributed/elastic/multiprocessing/api.py:1002] "
+        "failed (exitcode: 2) local_rank: 0 (pid: 17613) of binary: /opt/venv/bin/python",
+    ]
+)
+
+# torchrun --nproc-per-node 2 on a script that requires --local_rank (torch 2.15)
+TORCHRUN_REQUIRED = """\
+usage: args_req.py [-h] --local_rank LOCAL_RANK [--epochs EPOCHS]
+args_req.py: error: the following arguments are required: --local_rank
+usage: args_req.py [-h] --local_rank LOCAL_RANK [--epochs EPOCHS]
+args_req.py: error: the following arguments are required: --local_rank
+E1121 21:03:50.199000 17572 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 2) local_rank: 0 (pid: 17585) of binary: /opt/venv/bin/python3.11
+"""
+
+# deepspeed launcher, torch 1.x spelling (public report)
+DEEPSPEED_UNDERSCORE = (
+    "text_generation_tp.py: error: unrecognized arguments: --local_rank=3\n"
+    "text_generation_tp.py: error: unrecognized arguments: --local_rank=2\n"
+)
+
+HF_PARSER = (
+    "ValueError: Some specified arguments are not used by the HfArgumentParser: ['--local-rank=0']"
+)
+
+# --- real text: launcher environment ------------------------------------------------------
+
+
+def traceback(rank: int | None, frames: list[tuple[str, int, str, str]], error: str) -> str:
+    """A Python traceback as torchrun prints it, `[rankN]:`-prefixed when rank is given."""
+    lines = ["Traceback (most recent call last):"]
+    for file, line, function, code in frames:
+        lines += [f'  File "{file}", line {line}, in {function}', f"    {code}"]
+    lines.append(error)
+    prefix = f"[rank{rank}]: " if rank is not None else ""
+    return "\n".join(prefix + line for line in lines) + "\n"
+
+
+INIT_FRAMES = [
+    ("/workspace/train.py", 2, "<module>", 'dist.init_process_group("gloo")'),
+    (f"{VENV}/torch/distributed/c10d_logger.py", 83, "wrapper", "return func(*args, **kwargs)"),
+    (
+        f"{VENV}/torch/distributed/distributed_c10d.py",
+        2714,
+        "init_process_group",
+        "store, rank, world_size = next(rendezvous_iterator)",
+    ),
+]
+ENV_RANK = traceback(
+    None,
+    INIT_FRAMES,
+    "ValueError: Error initializing torch.distributed using env:// rendezvous: environment "
+    "variable RANK expected, but not set",
+)
+ENV_MASTER = traceback(
+    None,
+    INIT_FRAMES,
+    "ValueError: Error initializing torch.distributed using env:// rendezvous: environment "
+    "variable MASTER_ADDR expected, but not set",
+)
+KEY_LOCAL_RANK = traceback(
+    None,
+    [("/workspace/train.py", 2, "<module>", 'local_rank = int(os.environ["LOCAL_RANK"])')],
+    "KeyError: 'LOCAL_RANK'",
+)
+TCP_RANK_MISSING = "ValueError: Error initializing torch.distributed using tcp:// rendezvous: rank parameter missing"
+
+# --- real text: devices ------------------------------------------------------------------
+
+# Public report (NCCL 2.18.6 through torch.distributed.launch)
+DUPLICATE_GPU = """\
+torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1333, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.18.6
+ncclInvalidUsage: This usually reflects invalid usage of NCCL library.
+Last error:
+Duplicate GPU detected : rank 2 and rank 0 both on CUDA device 4000
+"""
+
+# Public report, NCCL_DEBUG=INFO under mpirun
+DUPLICATE_GPU_WARN = (
+    "[1,2]<stdout>:smc-gpu-03:29880:30398 [0] init.cc:497 NCCL WARN Duplicate GPU detected : "
+    "rank 2 and rank 0 both on CUDA device 1000\n"
+)
+
+# Public report: torch.distributed.launch --nproc_per_node=2 on a one-GPU machine
+INVALID_ORDINAL = """\
+Traceback (most recent call last):
+  File "train.py", line 107, in <module>
+    torch.cuda.set_device(args.local_rank)
+  File "/home/user/anaconda3/envs/lane-det/lib/python3.7/site-packages/torch/cuda/__init__.py", line 261, in set_device
+    torch._C._cuda_setDevice(device)
+RuntimeError: CUDA error: invalid device ordinal
+"""
+
+BUSY = (
+    "RuntimeError: CUDA error: all CUDA-capable devices are busy or unavailable\n"
+    "CUDA kernel errors might be asynchronously reported at some other API call, so the "
+    "stacktrace below might be incorrect.\n"
+)
+
+
+def nccl_init(host: str, pid: int, rank: int, bus: str, stage: str = "START") -> str:
+    """An NCCL 2.18+ init line (NCCL_DEBUG=INFO), as in public logs."""
+    return (
+        f"{host}:{pid}:{pid + 120} [0] NCCL INFO ncclCommInitRank comm 0x55{pid:x}a0 rank {rank} "
+        f"nranks 2 cudaDev 0 nvmlDev 0 busId {bus} commId 0x996ee6f117cb8e1e - Init {stage}\n"
+    )
+
+
+# --- real text: world size ---------------------------------------------------------------
+
+MESH_FRAMES = [
+    ("/workspace/train.py", 4, "<module>", 'mesh = init_device_mesh("cpu", (2, 2))'),
+    (
+        f"{VENV}/torch/distributed/device_mesh.py",
+        1725,
+        "init_device_mesh",
+        "device_mesh = DeviceMesh(",
+    ),
+    (
+        f"{VENV}/torch/distributed/device_mesh.py",
+        359,
+        "__init__",
+        "self._setup_world_group_and_device()",
+    ),
+    (
+        f"{VENV}/torch/distributed/device_mesh.py",
+        493,
+        "_setup_world_group_and_device",
+        "raise RuntimeError(",
+    ),
+]
+MESH_TOO_BIG = "".join(
+    traceback(
+        rank,
+        MESH_FRAMES,
+        "RuntimeError: Mesh should not be bigger than default world size 2, but found 4 ranks!",
+    )
+    for rank in (0, 1)
+)
+SAMPLER_RANK = "ValueError: Invalid rank 3, rank should be in the interval [0, 1]"
+NEW_GROUP_RANK = "ValueError: Rank 3 is out of range. Valid ranks are 0 to 0 (world_size=1)"
+MEGATRON_DIVISIBLE = "[rank0]: RuntimeError: world_size (1) is not divisible by 2"
+VLLM_EQUAL = (
+    "[rank1]: RuntimeError: world_size (8) is not equal to tensor_model_parallel_size (4) x "
+    "pipeline_model_parallel_size (1)"
+)
+# Public reports (torch 1.x store-based barrier)
+BARRIER_EXCESS = (
+    "RuntimeError: Timed out initializing process group in store based barrier on rank: 0, for "
+    "key: store_based_barrier_key:1 (world_size=2, worker_count=4, timeout=0:02:00)"
+)
+BARRIER_WAITING = (
+    "Waiting in store based barrier to initialize process group for rank: 0, key: "
+    "store_based_barrier_key:1 (world_size=4, worker_count=8, timeout=0:30:00)"
+)
+BARRIER_SHORT = (
+    "RuntimeError: Timed out initializing process group in store based barrier on rank: 0, for "
+    "key: store_based_barrier_key:1 (world_size=2, worker_count=1, timeout=0:10:00)"
+)
+
+# --- real text: backend and device -------------------------------------------------------
+
+NO_BACKEND_CPU = traceback(
+    0,
+    [
+        ("/workspace/train.py", 3, "<module>", "dist.all_reduce(torch.ones(2))"),
+        (f"{VENV}/torch/distributed/c10d_logger.py", 83, "wrapper", "return func(*args, **kwargs)"),
+        (
+            f"{VENV}/torch/distributed/distributed_c10d.py",
+            4174,
+            "all_reduce",
+            "work = group.allreduce([tensor], opts)",
+        ),
+    ],
+    "RuntimeError: No backend type associated with device type cpu",
+)
+NCCL_NO_GPU = traceback(
+    None,
+    [("/workspace/train.py", 2, "<module>", 'dist.init_process_group("nccl")')],
+    "RuntimeError: nccl2 requires at least one CUDA device",
+)
+GLOO_REDUCE_SCATTER = "RuntimeError: ProcessGroupGloo does not support reduce_scatter"
+NCCL_GATHER = "RuntimeError: ProcessGroupNCCL does not support gather"
+NCCL_BASE = "RuntimeError: ProcessGroup nccldoes not support _reduce_scatter_base"
+GLOO_PREMUL = "RuntimeError: Cannot use ReduceOp.PREMUL_SUM with Gloo"
+NO_NCCL_BUILT = "RuntimeError: Distributed package doesn't have NCCL built in"
+CUDA_DENSE = "RuntimeError: Tensors must be CUDA and dense"
+
+# --- real text: DDP ----------------------------------------------------------------------
+
+DDP_FRAMES = [
+    ("/workspace/train.py", 15, "<module>", "model(torch.randn(2, 4)).sum().backward()"),
+    (
+        f"{VENV}/torch/nn/modules/module.py",
+        1787,
+        "_wrapped_call_impl",
+        "return self._call_impl(*args, **kwargs)",
+    ),
+    (
+        f"{VENV}/torch/nn/parallel/distributed.py",
+        1908,
+        "forward",
+        "inputs, kwargs = self._pre_forward(*inputs, **kwargs)",
+    ),
+    (
+        f"{VENV}/torch/nn/parallel/distributed.py",
+        1797,
+        "_pre_forward",
+        "if torch.is_grad_enabled() and self.reducer._rebuild_buckets():",
+    ),
+]
+REDUCTION = (
+    "RuntimeError: Expected to have finished reduction in the prior iteration before starting a "
+    "new one. This error indicates that your module has parameters that were not used in "
+    "producing loss. You can enable unused parameter detection by passing the keyword argument "
+    "`find_unused_parameters=True` to `torch.nn.parallel.DistributedDataParallel`, and by "
+)
+REDUCTION_TAIL = [
+    "making sure all `forward` function outputs participate in calculating loss. ",
+    "If you already have done the above, then the distributed data parallel module wasn't able "
+    "to locate the output tensors in the return value of your module's `forward` function. "
+    "Please include the loss function and the structure of the return value of `forward` of "
+    "your module when reporting this issue (e.g. list, dict, iterable).",
+]
+
+
+def ddp_unused(rank: int, names: str | None, indices: str) -> str:
+    """DDP's error on one rank; TORCH_DISTRIBUTED_DEBUG=INFO adds the names line."""
+    text = traceback(rank, DDP_FRAMES, REDUCTION)
+    tail = REDUCTION_TAIL[:]
+    if names is not None:
+        tail.append(f"Parameters which did not receive grad for rank {rank}: {names}")
+    tail.append(f"Parameter indices which did not receive grad for rank {rank}: {indices}")
+    return text + "".join(f"[rank{rank}]: {line}\n" for line in tail)
+
+
+READY_TWICE = [
+    "RuntimeError: Expected to mark a variable ready only once. This error is caused by one of "
+    "the following reasons: 1) Use of a module parameter outside the `forward` function. Please "
+    "make sure model parameters are not shared across multiple concurrent forward-backward "
+    "passes. or try to use _set_static_graph() as a workaround if this module graph does not "
+    "change during training loop.2) Reused parameters in multiple reentrant backward passes.",
+    "Parameter at index 1 with name layer.bias has been marked as ready twice. This means that "
+    "multiple autograd engine  hooks have fired for this particular parameter during this iteration.",
+]
+STATIC_GRAPH = (
+    "RuntimeError: Expected to have finished reduction in the prior iteration before starting a "
+    "new one. This error indicates that your training graph has changed in this iteration, e.g., "
+    "one parameter is used in first iteration, but then got unused in the second iteration. this "
+    "is not compatible with static_graph set to True."
+)
+LIGHTNING_UNUSED = (
+    "RuntimeError: It looks like your LightningModule has parameters that were not used in "
+    "producing the loss returned by training_step. If this is intentional, you must enable the "
+    "detection of unused parameters in DDP, either by setting the string value "
+    "`strategy='ddp_find_unused_parameters_true'` or by setting the flag in the strategy with "
+    "`strategy=DDPStrategy(find_unused_parameters=True)`."
+)
+FIND_UNUSED_WARNING = (
+    "[W reducer.cpp:1300] Warning: find_unused_parameters=True was specified in DDP constructor, "
+    "but did not find any unused parameters in the forward pass. This flag results in an extra "
+    "traversal of the autograd graph every iteration,  which can adversely affect performance."
+)
+
+# --- real text: NaN ----------------------------------------------------------------------
+
+ANOMALY = f"""\
+/workspace/train.py:2: UserWarning: Anomaly Detection has been enabled. This mode will increase the runtime and should only be enabled for debugging.
+  with torch.autograd.detect_anomaly():
+{VENV}/torch/autograd/graph.py:1113: UserWarning: Error detected in SqrtBackward0. Traceback of forward call that caused the error:
+""" + traceback(
+    None,
+    [
+        ("/workspace/train.py", 5, "<module>", "y.backward()"),
+        (f"{VENV}/torch/_tensor.py", 623, "backward", "torch.autograd.backward("),
+    ],
+    "RuntimeError: Function 'SqrtBackward0' returned nan values in its 0th output.",
+)
+CLIP = (
+    "RuntimeError: The total norm of order 2.0 for gradients from `parameters` is non-finite, so "
+    "it cannot be clipped. To disable this error and scale the gradients by the non-finite norm "
+    "anyway, set `error_if_nonfinite=False`"
+)
+MULTINOMIAL = "RuntimeError: probability tensor contains either `inf`, `nan` or element < 0"
+DETECTRON = (
+    "FloatingPointError: Loss became infinite or NaN at iteration=2137!\n"
+    "loss_dict = {'loss_cls': tensor(nan, device='cuda:0', grad_fn=<NllLossBackward>), "
+    "'loss_box_reg': tensor(nan, device='cuda:0', grad_fn=<DivBackward0>)}"
+)
+DEEPSPEED_SCALE = (
+    "Exception: Current loss scale already at minimum - cannot decrease scale anymore. Exiting run."
+)
+MEGATRON_NAN = (
+    "AssertionError: Rank 11: found NaN in local grad norm in backward pass before data-parallel "
+    "communication collective. Device: 3"
+)
+TORCHVISION_NAN = "Loss is nan, stopping training"
+OPENNMT_NAN = "RuntimeError: Model diverged with loss = NaN."
+FP16_SCALE_DOWN = "Found NaN, decreased lg_loss_scale to 19.0"
+HEALTHY = "[rank0]: step 100 | loss 2.3456 | grad_norm 1.02 | lr 3.000e-04"
+
+
+# --- helpers -----------------------------------------------------------------------------
+
+
+def run(tmp_path: Path, files: dict[str, str], symptom: str | None = None) -> Report:
+    """Write the logs and triage them in-process, as `triage analyze [--symptom]` does."""
+    for name, text in files.items():
+        (tmp_path / name).write_text(text if text.endswith("\n") else text + "\n")
+    playbooks = load_playbooks()
+    by_symptom = {p.symptom: p for p in playbooks.values() if p.name != "analyze"}
+    targets = {"paths": [str(tmp_path)], "pids": []}
+    if symptom is None:
+        return analyze(playbooks["analyze"], by_symptom, targets)
+    return triage(by_symptom[symptom], targets)
+
+
+def top(report: Report) -> Finding:
+    assert report.hypotheses, report.gaps
+    return report.hypotheses[0]
+
+
+def hypothesis(report: Report, cause: str) -> Finding:
+    found = [h for h in report.hypotheses if h.cause_id == cause]
+    assert found, [h.cause_id for h in report.hypotheses]
+    return found[0]
+
+
+def names(line: str) -> dict[str, dict[str, object]]:
+    return {sig.name: fields for sig, fields in matches(line)}
+
+
+# --- signatures: every variant matches with its fields ----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("line", "signature", "fields"),
+    [
+        (
+            "args.py: error: unrecognized arguments: --local-rank=0 --epochs 3",
+            "setup.unrecognized_arguments",
+            {"launcher_flags": ["--local-rank"], "prog": "args.py"},
+        ),
+        (
+            DEEPSPEED_UNDERSCORE.splitlines()[0],
+            "setup.unrecognized_arguments",
+            {"launcher_flags": ["--local_rank"]},
+        ),
+        (
+            "args_req.py: error: the following arguments are required: --local_rank",
+            "setup.required_arguments",
+            {"launcher_flags": ["--local_rank"]},
+        ),
+        (HF_PARSER, "setup.hf_unused_arguments", {"launcher_flags": ["--local-rank"]}),
+        (
+            ENV_RANK.splitlines()[-1],
+            "setup.rendezvous_env_missing",
+            {"variable": "RANK", "method": "env"},
+        ),
+        (TCP_RANK_MISSING, "setup.rendezvous_env_missing", {"parameter": "rank parameter"}),
+        ("KeyError: 'LOCAL_RANK'", "setup.env_key_error", {"variable": "LOCAL_RANK"}),
+        ("KeyError: 'SLURM_PROCID'", "setup.env_key_error", {"variable": "SLURM_PROCID"}),
+        (
+            DUPLICATE_GPU.splitlines()[-1],
+            "setup.duplicate_gpu",
+            {"ranks": [0, 2], "bus_id": "4000"},
+        ),
+        (DUPLICATE_GPU_WARN, "setup.duplicate_gpu", {"rank": "2", "other_rank": "0"}),
+        ("RuntimeError: CUDA error: invalid device ordinal", "setup.invalid_device_ordinal", {}),
+        (
+            "RuntimeError: cuda runtime error (101) : invalid device ordinal at /pytorch/torch/csrc/cuda/Module.cpp:59",
+            "setup.invalid_device_ordinal",
+            {},
+        ),
+        (
+            "RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable",
+            "setup.devices_unavailable",
+            {},
+        ),
+        (
+            "RuntimeError: Mesh should not be bigger than default world size 2, but found 4 ranks!",
+            "setup.mesh_too_big",
+            {"world_size": "2", "mesh_size": "4"},
+        ),
+        (
+            "RuntimeError: Mesh should not be bigger than default world size, but found 8 ranks!",
+            "setup.mesh_too_big",
+            {"mesh_size": "8"},
+        ),
+        (SAMPLER_RANK, "setup.rank_out_of_range", {"bad_rank": "3", "max_rank": "1"}),
+        (NEW_GROUP_RANK, "setup.rank_out_of_range", {"group_rank": "3", "world_size": "1"}),
+        (MEGATRON_DIVISIBLE, "setup.world_not_divisible", {"by": "2"}),
+        (VLLM_EQUAL, "setup.world_not_divisible", {}),
+        (BARRIER_EXCESS, "setup.store_barrier", {"world_size": 2, "joined": 4, "excess": True}),
+        (BARRIER_WAITING, "setup.store_barrier", {"excess": True}),
+        (BARRIER_SHORT, "setup.store_barrier", {"excess": False}),
+        (
+            "RuntimeError: ProcessGroupNCCL is only supported with GPUs, no GPUs found!",
+            "setup.backend_unavailable",
+            {},
+        ),
+        (NO_NCCL_BUILT, "setup.backend_unavailable", {"backend": "NCCL"}),
+        (NO_BACKEND_CPU.splitlines()[-1], "setup.no_backend_for_device", {"device": "cpu"}),
+        (CUDA_DENSE, "setup.tensor_device", {}),
+        (
+            GLOO_REDUCE_SCATTER,
+            "setup.backend_op_unsupported",
+            {"group": "Gloo", "op": "reduce_scatter"},
+        ),
+        (
+            NCCL_BASE,
+            "setup.backend_op_unsupported",
+            {"group": "nccl", "op": "_reduce_scatter_base"},
+        ),
+        (GLOO_PREMUL, "setup.reduce_op_unsupported", {"op": "PREMUL_SUM", "backend": "Gloo"}),
+        (
+            "Parameters which did not receive grad for rank 0: unused.bias, unused.weight",
+            "ddp.unused_parameter_names",
+            {"parameters": ["unused.bias", "unused.weight"], "rank": "0"},
+        ),
+        (
+            "Parameter indices which did not receive grad for rank 1: 2 3",
+            "ddp.unused_parameter_indices",
+            {"indices": [2, 3]},
+        ),
+        (READY_TWICE[1], "ddp.marked_ready_twice", {"parameter": "layer.bias", "index": "1"}),
+        (STATIC_GRAPH, "ddp.unfinished_reduction", {}),
+        (LIGHTNING_UNUSED, "ddp.lightning_unused", {}),
+        (ANOMALY.splitlines()[-1], "nan.anomaly", {"function": "SqrtBackward0", "value": "nan"}),
+        (CLIP, "nan.nonfinite_grad_norm", {"order": "2.0"}),
+        (DEEPSPEED_SCALE, "nan.loss_scale_floor", {}),
+        (MEGATRON_NAN, "nan.rank_check", {"rank": "11", "found": "NaN"}),
+        (DETECTRON.splitlines()[0], "nan.floating_point_error", {}),
+        (DETECTRON.splitlines()[1], "nan.loss_value", {"metric": "loss_cls", "value": "nan"}),
+        (TORCHVISION_NAN, "nan.loss_value", {"metric": "Loss", "value": "nan"}),
+        (OPENNMT_NAN, "nan.loss_value", {"value": "nan"}),
+        (MULTINOMIAL, "nan.invalid_probabilities", {}),
+    ],
+)
+def test_signature_variants(line: str, signature: str, fields: dict[str, object]) -> None:
+    found = names(line)
+    assert signature in found, found
+    for key, value in fields.items():
+        assert found[signature].get(key) == value, (key, found[signature])
+
+
+@pytest.mark.parametrize(
+    "line",
+    [HEALTHY, FP16_SCALE_DOWN, FIND_UNUSED_WARNING, "| loss          | 0.185    |", "lr=inference"],
+)
+def test_healthy_lines_match_no_config_ddp_or_nan_signature(line: str) -> None:
+    own = [n for n in names(line) if n.split(".")[0] in ("setup", "ddp", "nan")]
+    assert own == []
+
+
+# --- config.launcher_args ----------------------------------------------------------------
+
+
+def test_launch_passing_dashed_local_rank(tmp_path: Path) -> None:
+    verdict = top(run(tmp_path, {"console.log": LAUNCH_HYPHEN}))
+    assert verdict.cause_id == "config.launcher_args"
+    assert verdict.confidence >= 0.9
+    assert verdict.location is not None and verdict.location.file == "args.py"
+    assert "--local-rank" in verdict.title and "--local_rank" in verdict.fix
+    assert "torch.distributed.launch" in verdict.summary
+
+
+def test_torchrun_not_passing_a_required_local_rank(tmp_path: Path) -> None:
+    verdict = top(run(tmp_path, {"console.log": TORCHRUN_REQUIRED}))
+    assert verdict.cause_id == "config.launcher_args"
+    assert "requires --local_rank" in verdict.title
+    assert "LOCAL_RANK" in verdict.fix
+
+
+def test_deepspeed_and_hf_parser_variants(tmp_path: Path) -> None:
+    verdict = top(run(tmp_path, {"a.log": DEEPSPEED_UNDERSCORE, "b.log": HF_PARSER}))
+    assert verdict.cause_id == "config.launcher_args"
+    assert verdict.confidence >= 0.9
+
+
+def test_launcher_options_after_the_script_name(tmp_path: Path) -> None:
+    text = (
+        "usage: train.py [-h] [--local_rank LOCAL_RANK]\n"
+        "train.py: error: unrecognized arguments: --nproc_per_node=4 --master_port=29501\n"
+    )
+    verdict = top(run(tmp_path, {"console.log": text}))
+    assert verdict.cause_id == "config.launcher_args"
+    assert "--master_port, --nproc_per_node" in verdict.title
+    assert "before it" in verdict.fix
+
+
+def test_script_option_typo_is_a_weaker_launcher_args(tmp_path: Path) -> None:
+    text = (
+        "usage: train.py [-h] [--local_rank LOCAL_RANK]\n"
+        "train.py: error: unrecognized arguments: --lerning-rate 0.1\n"
+    )
+    verdict = hypothesis(run(tmp_path, {"console.log": text}), "config.launcher_args")
+    assert 0.5 <= verdict.confidence < 0.7
+
+
+def test_exit_code_2_alone_is_only_a_hint(tmp_path: Path) -> None:
+    text = LAUNCH_HYPHEN.splitlines()[-1]
+    verdict = hypothesis(run(tmp_path, {"console.log": text}), "config.launcher_args")
+    assert verdict.confidence < 0.5
+    assert "unrecognized arguments" in verdict.confirm
+
+
+# --- config.env_missing ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "variable"), [(ENV_RANK, "RANK"), (ENV_MASTER, "MASTER_ADDR")])
+def test_env_rendezvous_without_launcher_variables(
+    tmp_path: Path, text: str, variable: str
+) -> None:
+    verdict = top(run(tmp_path, {"train.log": text}))
+    assert verdict.cause_id == "config.env_missing"
+    assert variable in verdict.title
+    assert verdict.location is not None and verdict.location.file == "/workspace/train.py"
+    assert verdict.location.line == 2
+
+
+def test_script_reading_an_unset_local_rank(tmp_path: Path) -> None:
+    verdict = top(run(tmp_path, {"train.log": KEY_LOCAL_RANK}))
+    assert verdict.cause_id == "config.env_missing"
+    assert "LOCAL_RANK" in verdict.title and "torchrun" in verdict.fix
+
+
+# --- config.device_assignment ------------------------------------------------------------
+
+
+def test_duplicate_gpu_names_both_ranks(tmp_path: Path) -> None:
+    verdict = top(run(tmp_path, {"train.log": DUPLICATE_GPU}))
+    assert verdict.cause_id == "config.device_assignment"
+    assert verdict.ranks == [0, 2]
+    assert verdict.confidence >= 0.9
+    assert "set_device" in verdict.fix
+
+
+def test_duplicate_gpu_warn_under_mpirun(tmp_path: Path) -> None:
+    verdict = top(run(tmp_path, {"mpi.log": DUPLICATE_GPU_WARN}))
+    assert verdict.cause_id == "config.device_assignment"
+    assert verdict.ranks == [0, 2]
+
+
+def test_invalid_ordinal_in_set_device_points_at_the_call(tmp_path: Path) -> None:
+    verdict = top(run(tmp_path, {"train.log": INVALID_ORDINAL}))
+    assert verdict.cause_id == "config.device_assignment"
+    assert verdict.confidence >= 0.85
+    assert verdict.location is not None and (verdict.location.file, verdict.location.line) == (
+        "train.py",
+        107,
+    )
+    assert "nproc-per-node" in verdict.fix
+
+
+def test_devices_busy_is_a_moderate_device_assignment(tmp_path: Path) -> None:
+    verdict = hypothesis(run(tmp_path, {"train.log": BUSY}), "config.device_assignment")
+    assert 0.5 <= verdict.confidence < 0.8
+
+
+def test_bare_nccl_invalid_usage_suggests_a_shared_gpu(tmp_path: Path) -> None:
+    text = "RuntimeError: NCCL error, invalid usage, NCCL version 2.7.8"
+    verdict = top(run(tmp_path, {"train.log": text}))
+    assert verdict.cause_id == "config.device_assignment"
+    assert verdict.confidence == 0.5
+    assert "two ranks on one GPU" in verdict.confirm
+
+
+def test_nccl_init_lines_with_two_processes_on_one_bus(tmp_path: Path) -> None:
+    text = nccl_init("node1", 4100, 0, "18000") + nccl_init("node1", 4101, 1, "18000")
+    verdict = hypothesis(run(tmp_path, {"nccl.log": text}), "config.device_assignment")
+    assert verdict.ranks == [0, 1] and "18000" in verdict.title
+
+
+def test_same_bus_on_different_hosts_is_fine(tmp_path: Path) -> None:
+    text = nccl_init("node1", 4100, 0, "18000") + nccl_init("node2", 4100, 1, "18000")
+    report = run(tmp_path, {"nccl.log": text})
+    assert "config.device_assignment" not in [h.cause_id for h in report.hypotheses]
+
+
+# --- config.world_size_mismatch ----------------------------------------------------------
+
+
+def test_mesh_larger_than_the_world(tmp_path: Path) -> None:
+    verdict = top(run(tmp_path, {"console.log": MESH_TOO_BIG}))
+    assert verdict.cause_id == "config.world_size_mismatch"
+    assert verdict.ranks == [0, 1]
+    assert verdict.location is not None and verdict.location.line == 4
+
+
+@pytest.mark.parametrize("text", [SAMPLER_RANK, NEW_GROUP_RANK, MEGATRON_DIVISIBLE, VLLM_EQUAL])
+def test_rank_and_size_checks(tmp_path: Path, text: str) -> None:
+    verdict = top(run(tmp_path, {"train.log": text}))
+    assert verdict.cause_id == "config.world_size_mismatch"
+    assert verdict.confidence >= 0.8
+
+
+def test_more_workers_than_world_blames_a_shared_port(tmp_path: Path) -> None:
+    verdict = top(run(tmp_path, {"train.log": BARRIER_EXCESS}))
+    assert verdict.cause_id == "config.world_size_mismatch"
+    assert "4 processes joined a world of 2" in verdict.title
+    assert "MASTER_PORT" in verdict.fix
+
+
+def test_fewer_workers_than_world_is_only_a_hint(tmp_path: Path) -> None:
+    verdict = hypothesis(run(tmp_path, {"train.log": BARRIER_SHORT}), "config.world_size_mismatch")
+    assert verdict.confidence < 0.5
+
+
+# --- config.backend_device ---------------------------------------------------------------
+
+
+def test_cpu_tensor_on_a_cuda_only_group(tmp_path: Path) -> None:
+    verdict = top(run(tmp_path, {"console.log": NO_BACKEND_CPU}))
+    assert verdict.cause_id == "config.backend_device"
+    assert verdict.ranks == [0]
+    assert verdict.location is not None and verdict.location.line == 3
+    assert "cpu:gloo,cuda:nccl" in verdict.fix
+
+
+def test_nccl_without_a_gpu(tmp_path: Path) -> None:
+    verdict = top(run(tmp_path, {"train.log": NCCL_NO_GPU}))
+    assert verdict.cause_id == "config.backend_device"
+    assert "gloo" in verdict.fix
+
+
+@pytest.mark.parametrize(
+    ("text", "op"),
+    [(GLOO_REDUCE_SCATTER, "reduce_scatter"), (NCCL_GATHER, "gather"), (GLOO_PREMUL, "PREMUL_SUM")],
+)
+def test_ops_a_backend_lacks(tmp_path: Path, text: str, op: str) -> None:
+    verdict = top(run(tmp_path, {"train.log": text}))
+    assert verdict.cause_id == "config.backend_device"
+    assert op in verdict.title
+
+
+# --- wrong.unused_parameters -------------------------------------------------------------
+
+
+def test_ddp_unused_parameters_named_per_rank(tmp_path: Path) -> None:
+    text = ddp_unused(0, "unused.bias, unused.weight", "2 3") + ddp_unused(
+        1, "unused.bias, unused.weight", "2 3"
+    )
+    verdict = top(run(tmp_path, {"console.log": text}))
+    assert verdict.cause_id == "wrong.unused_parameters"
+    assert verdict.ranks == [0, 1]
+    assert "unused.bias, unused.weight on rank 0-1" in verdict.summary
+    assert verdict.location is not None and verdict.location.line == 15
+    assert "find_unused_parameters=True" in verdict.fix
+
+
+def test_only_the_ranks_that_skip_a_branch_are_culprits(tmp_path: Path) -> None:
+    files = {
+        "rank0.log": ddp_unused(0, "head.aux.weight", "7"),
+        "rank1.log": traceback(1, DDP_FRAMES, REDUCTION),
+    }
+    verdict = top(run(tmp_path, files))
+    assert verdict.cause_id == "wrong.unused_parameters"
+    assert verdict.ranks == [0]
+    assert "head.aux.weight on rank 0" in verdict.summary
+
+
+def test_without_debug_names_the_indices_and_asks_for_names(tmp_path: Path) -> None:
+    verdict = top(run(tmp_path, {"console.log": ddp_unused(0, None, "2 3")}))
+    assert verdict.cause_id == "wrong.unused_parameters"
+    assert "#2, #3" in verdict.summary
+
+
+def test_reentrant_checkpoint_marks_ready_twice(tmp_path: Path) -> None:
+    text = "".join(f"[rank{r}]: {line}\n" for r in (0, 1) for line in READY_TWICE)
+    verdict = top(run(tmp_path, {"console.log": text}))
+    assert verdict.cause_id == "wrong.unused_parameters"
+    assert "layer.bias" in verdict.summary and "use_reentrant=False" in verdict.fix
+
+
+def test_static_graph_change(tmp_path: Path) -> None:
+    verdict = top(run(tmp_path, {"console.log": f"[rank0]: {STATIC_GRAPH}"}))
+    assert verdict.cause_id == "wrong.unused_parameters"
+    assert "static_graph" in verdict.fix
+
+
+def test_lightning_unused_parameters(tmp_path: Path) -> None:
+    assert top(run(tmp_path, {"fit.log": LIGHTNING_UNUSED})).cause_id == "wrong.unused_parameters"
+
+
+def test_find_unused_performance_warning_is_not_a_failure(tmp_path: Path) -> None:
+    report = run(tmp_path, {"train.log": FIND_UNUSED_WARNING + "\n" + HEALTHY})
+    assert "wrong.unused_parameters" not in [h.cause_id for h in report.hypotheses]
+
+
+# --- wrong.nan ---------------------------------------------------------------------------
+
+
+def test_anomaly_mode_names_the_op_and_the_line(tmp_path: Path) -> None:
+    verdict = top(run(tmp_path, {"train.log": ANOMALY}))
+    assert verdict.cause_id == "wrong.nan"
+    assert "SqrtBackward0" in verdict.title
+    assert verdict.location is not None and verdict.location.line == 5
+
+
+@pytest.mark.parametrize(
+    "text", [CLIP, DETECTRON, DEEPSPEED_SCALE, MEGATRON_NAN, TORCHVISION_NAN, OPENNMT_NAN]
+)
+def test_nan_variants(tmp_path: Path, text: str) -> None:
+    verdict = top(run(tmp_path, {"train.log": text}))
+    assert verdict.cause_id == "wrong.nan"
+    assert verdict.confidence >= 0.7
+
+
+def test_nan_on_one_rank_first_names_that_rank(tmp_path: Path) -> None:
+    lines = [HEALTHY.replace("rank0", f"rank{r}") for r in range(4)] * 3
+    lines += ["[rank3]: step 130 | loss nan | grad_norm nan | lr 3.000e-04"]
+    lines += [HEALTHY.replace("rank0", f"rank{r}") for r in range(3)] * 10
+    lines += [f"[rank{r}]: step 131 | loss: nan" for r in range(4)]
+    verdict = top(run(tmp_path, {"console.log": "\n".join(lines)}))
+    assert verdict.cause_id == "wrong.nan"
+    assert verdict.ranks == [3]
+    assert "First seen on rank 3" in verdict.summary
+
+
+def test_megatron_check_names_its_rank(tmp_path: Path) -> None:
+    verdict = top(run(tmp_path, {"train.log": MEGATRON_NAN}))
+    assert verdict.ranks == [11]
+
+
+def test_fp16_scaler_backing_off_and_healthy_losses_are_not_nan(tmp_path: Path) -> None:
+    report = run(tmp_path, {"train.log": f"{HEALTHY}\n{FP16_SCALE_DOWN}\n{HEALTHY}"})
+    assert "wrong.nan" not in [h.cause_id for h in report.hypotheses]
+
+
+# --- the config playbook -----------------------------------------------------------------
+
+
+def test_config_playbook_runs_config_rules_only_on_logs(tmp_path: Path) -> None:
+    report = run(tmp_path, {"console.log": LAUNCH_HYPHEN + MESH_TOO_BIG}, symptom="config")
+    assert report.playbook == "config"
+    causes = [h.cause_id for h in report.hypotheses]
+    assert causes[:2] == ["config.launcher_args", "config.world_size_mismatch"]
+    assert [r.tool for r in report.tool_runs] == ["collect_files", "scan_logs"]

@@ -1,0 +1,123 @@
+"""The scanner on real log shapes: prefixes, launcher reports, stacks, long lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from triage.logscan import learn_ranks, scan_file
+
+ELASTIC_REPORT = """\
+[default1]:[rank1]: Traceback (most recent call last):
+[default1]:[rank1]:   File "/work/job/train.py", line 40, in <module>
+[default1]:[rank1]:     main()
+[default1]:[rank1]:   File "/work/job/train.py", line 33, in main
+[default1]:[rank1]:     loss = model(x).sum()
+[default1]:[rank1]: ValueError: boom
+E1121 03:12:00.123000 1234 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) local_rank: 1 (pid: 4321) of binary: /usr/bin/python
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+train.py FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-11-21_03:12:00
+  host      : node7
+  rank      : 0 (local_rank: 0)
+  exitcode  : -9 (pid: 4320)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 4320
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-21_03:12:00
+  host      : node7
+  rank      : 1 (local_rank: 1)
+  exitcode  : 1 (pid: 4321)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+============================================================
+"""
+
+FAILED_COLLECTIVE = """\
+[rank3]:[E508 07:35:59.440171617 ProcessGroupNCCL.cpp:733] Stack trace of the failed collective: {trailing}
+#0 broadcast from /opt/venv/lib/python3.12/site-packages/torch/distributed/distributed_c10d.py:2968
+#1 wrapper from /opt/venv/lib/python3.12/site-packages/torch/distributed/c10d_logger.py:83
+#2 sync_step from /work/job/train.py:88
+#3 <module> from /work/job/train.py:120
+[rank3]:[E508 07:35:59.440271515 ProcessGroupNCCL.cpp:698] [Rank 3] To avoid data inconsistency, we are taking the entire process down.
+""".format(trailing=" ")  # torch ends that line with a space; ruff strips literal ones
+
+PYSPY_LOCALS = """\
+Thread 4101 (idle): "MainThread"
+    all_reduce (torch/distributed/distributed_c10d.py:2501)
+        Arguments:
+            tensor: <Tensor at 0x7f00>
+            op: <RedOpType at 0x7f01>
+    wrapper (torch/distributed/c10d_logger.py:83)
+    step (/work/job/train.py:21)
+        Locals:
+            batch: 3
+    <module> (/work/job/train.py:30)
+"""
+
+
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_launcher_report_names_each_failed_rank_and_the_first_failure(tmp_path: Path) -> None:
+    result = scan_file(_write(tmp_path, "console.log", ELASTIC_REPORT))
+    failed = {
+        s.fields["rank"]: s.fields for s in result.signals if s.signature == "elastic.child_failed"
+    }
+    assert failed[0]["exitcode"] == -9 and failed[0]["first"] is False
+    assert (
+        failed[1]["exitcode"] == 1 and failed[1]["first"] is True and failed[1]["host"] == "node7"
+    )
+    (record,) = [t for t in result.tracebacks if t.exception == "ValueError"]
+    assert record.rank == 1 and record.local_rank == 1  # stacked torchrun prefixes both read
+    assert record.user_frame is not None and record.user_frame.line == 33
+
+
+def test_local_ranks_become_ranks_through_the_launcher_report(tmp_path: Path) -> None:
+    text = (
+        "[default1]:train.py: error: unrecognized arguments: --local-rank=1\n"
+        + ELASTIC_REPORT.split("\n", 6)[6]
+    )
+    result = scan_file(_write(tmp_path, "console.log", text))
+    learn_ranks([result])
+    (unrecognized,) = [s for s in result.signals if "unrecognized" in s.text]
+    assert unrecognized.local_rank == 1 and unrecognized.rank == 1
+
+
+def test_stack_of_the_failed_collective_is_a_dump_of_that_rank(tmp_path: Path) -> None:
+    result = scan_file(_write(tmp_path, "rank3.log", FAILED_COLLECTIVE))
+    (record,) = result.tracebacks
+    assert record.dump and record.rank == 3
+    assert [f.function for f in record.frames][:3] == ["broadcast", "wrapper", "sync_step"]
+    assert record.user_frame is not None and record.user_frame.line == 88
+
+
+def test_py_spy_locals_do_not_cut_the_stack(tmp_path: Path) -> None:
+    result = scan_file(_write(tmp_path, "dump.txt", PYSPY_LOCALS))
+    (record,) = result.tracebacks
+    assert [f.function for f in record.frames] == ["all_reduce", "wrapper", "step", "<module>"]
+
+
+def test_a_failure_at_the_end_of_a_huge_progress_bar_line_is_kept(tmp_path: Path) -> None:
+    bar = "\r".join(f"{n}%|{'#' * (n // 5)}| {n}/100" for n in range(100)) * 400
+    tail = "\rRuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    result = scan_file(_write(tmp_path, "rank0.log", bar + tail))
+    assert any("Tried to allocate 2.00 GiB" in s.text for s in result.signals)
+
+
+def test_binary_garbage_and_a_cut_last_line_are_read_without_error(tmp_path: Path) -> None:
+    path = tmp_path / "rank2.log"
+    path.write_bytes(
+        b"\x00\xff\xfe" * 5000
+        + b'\nTraceback (most recent call last):\n  File "/x.py", line 3, in f\n'
+    )
+    result = scan_file(path)
+    assert result.tracebacks and result.tracebacks[0].rank == 2

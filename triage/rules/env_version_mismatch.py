@@ -1,0 +1,68 @@
+"""comm.version_mismatch from the environment: ranks load different torch or NCCL versions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from triage.environment_facts import EnvironmentFacts, environment_view, who
+from triage.models import Finding
+from triage.rulebook import EvidenceSet, rule
+
+
+@rule("env.version_mismatch", "comm.version_mismatch")
+def version_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
+    """Ranks of the job run different torch or NCCL builds.
+
+    What it detects:
+    The torch version (torch/version.py next to the libtorch a rank has mapped) or the NCCL
+    version (libnccl's file name or its pip wheel) differs between ranks.
+
+    Why it happens:
+    Ranks started from different virtual environments or container images, a stale
+    LD_LIBRARY_PATH pointing one rank at a system NCCL, a partial upgrade.
+
+    Evidence:
+    /proc/PID/maps of each rank and the versions its libraries declare.
+
+    Fix:
+    Run every rank from one environment (same image, same venv); unset LD_LIBRARY_PATH
+    entries that shadow the NCCL torch was built with.
+
+    Known false positives:
+    Versions that could not be read are not compared.
+
+    References:
+    NCCL release notes (protocol compatibility across versions); `torch.cuda.nccl.version()`.
+    """
+    view = environment_view(evidence)
+    facts = [f for _, f in view.ranks]
+    for library, versions in (
+        ("torch", _spread(facts, "torch")),
+        ("NCCL", _spread(facts, "nccl")),
+    ):
+        if len(versions) < 2:
+            continue
+        minority = min(versions.values(), key=len)
+        spread = "; ".join(f"{v} on {who(holders)}" for v, holders in versions.items())
+        yield Finding(
+            rule_id="env.version_mismatch",
+            cause_id="comm.version_mismatch",
+            title=f"ranks load different {library} versions",
+            summary=f"Ranks load different {library} versions: {spread}.",
+            ranks=sorted(f.rank for f in minority if f.rank is not None),
+            confidence=0.7,
+            evidence=[e.id for e, _ in view.ranks],
+            fix="Run every rank from the same environment (image, venv); remove LD_LIBRARY_PATH "
+            "entries that shadow the NCCL torch ships with.",
+            confirm="`python -c 'import torch; print(torch.__version__, torch.cuda.nccl.version())'` "
+            "differs between the ranks' environments",
+        )
+
+
+def _spread(facts: list[EnvironmentFacts], library: str) -> dict[str, list[EnvironmentFacts]]:
+    out: dict[str, list[EnvironmentFacts]] = {}
+    for f in facts:
+        version = f.torch_version if library == "torch" else f.nccl_version
+        if version:
+            out.setdefault(version, []).append(f)
+    return out
