@@ -15,7 +15,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/triage demo
 
+# Bytecode as a wheel install would have it: the CLI starts in many tests and benchmarks,
+# and environments with PYTHONDONTWRITEBYTECODE would otherwise recompile it every time.
 test: $(STAMP)
+	$(BIN)/python -m compileall -q triage tools
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
@@ -23,6 +26,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 bench: $(STAMP)
+	$(BIN)/python -m compileall -q triage tools
 	-$(BIN)/python bench/hang_latency.py
 	-$(BIN)/python bench/log_scan.py
 	$(BIN)/python bench/eval_cases.py

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -11,6 +12,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.conftest import requires_torch, triage_cli
@@ -67,8 +69,17 @@ def launched(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[subproc
     try:
         yield proc
     finally:
+        # torchrun starts each worker in a session of its own: kill the whole tree, not a group
+        try:
+            workers = psutil.Process(proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            workers = []
         os.killpg(proc.pid, signal.SIGKILL)
+        for worker in workers:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                worker.kill()
         proc.wait()
+        psutil.wait_procs(workers, timeout=10)
 
 
 def settled_report(launcher: int, expected: str, timeout_s: float = 120.0) -> dict:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 from triage.models import Evidence, ToolStatus
 from triage.registry import Registry, ToolError, ToolOutput
 
@@ -64,3 +67,37 @@ def test_invalid_input_and_unknown_tool_and_crash_are_one_line_errors():
 def test_output_is_bounded():
     run = make_registry().run("echo", {"count": 3000, "label": "y" * 20})
     assert len(run.result.output) < 5000
+
+
+def test_rule_modules_are_named_by_the_cause_family_they_emit():
+    """`load_rules` imports a playbook's families by file name; a misnamed rule never runs."""
+    from triage.rulebook import RULES
+
+    for rule in RULES.values():
+        module = rule.detect.__module__
+        if not module.startswith("triage.rules."):
+            continue
+        family = module.rsplit(".", 1)[1].split("_", 1)[0]
+        assert rule.cause_id.split(".")[0] == family, (module, rule.cause_id)
+
+
+def test_rule_families_of_playbook_globs():
+    from triage.plugins import rule_families
+
+    assert rule_families(["hang.*"]) == {"hang"}
+    assert rule_families(["config.*", "comm.wrong_interface"]) == {"config", "comm"}
+    assert rule_families(["*"]) is None
+
+
+def test_tool_modules_load_when_a_tool_is_first_needed():
+    code = (
+        "import sys\n"
+        "from triage.plugins import load_tools\n"
+        "from triage.registry import REGISTRY\n"
+        "load_tools()\n"
+        "assert 'scan_logs' in REGISTRY and 'triage.tools.logs' not in sys.modules\n"
+        "REGISTRY.get('scan_logs')\n"
+        "assert 'triage.tools.logs' in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

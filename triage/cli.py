@@ -54,11 +54,12 @@ def fail(message: str, code: int = 2) -> NoReturn:
     sys.exit(code)
 
 
-def _load() -> None:
-    from triage.plugins import load_all
+def _load(causes: list[str] | None = None) -> None:
+    """Tools, plugins, and the rules a playbook's `causes` reach (all rules by default)."""
+    from triage.plugins import load_all, rule_families
 
     try:
-        load_all(_plugin_dirs)
+        load_all(_plugin_dirs, rule_families(causes) if causes is not None else None)
     except (ImportError, FileNotFoundError, ValueError, SyntaxError) as exc:
         raise UsageError(f"cannot load plugins: {exc}") from exc
 
@@ -124,8 +125,8 @@ def hang(
     all_pids = _split_ints((pids or []) + (pid_args or []), "--pids")
     if not all_pids and launcher_pid is None:
         raise UsageError("give the job's processes: --pids PID... or --launcher-pid PID")
-    _load()
     playbook = get_playbook("hang", _plugin_dirs)
+    _load(playbook.causes)
     targets: dict[str, Any] = {"pids": all_pids, "launcher_pid": launcher_pid, "timeout_s": timeout}
     report = triage(playbook, targets)
     emit(report, Format.json if as_json else fmt)
@@ -210,18 +211,19 @@ def _analyze(
     from triage.playbooks import load_playbooks
 
     all_pids = _split_ints(pids or [], "--pids")
-    _load()
     playbooks = load_playbooks(_plugin_dirs)
     by_symptom = {p.symptom: p for p in playbooks.values() if p.name != "analyze"}
+    chosen = playbooks["analyze"] if symptom is None else by_symptom.get(symptom.value)
+    if chosen is None:
+        raise UsageError(f"no playbook for symptom {symptom.value if symptom else '?'!r}")
+    _load(chosen.causes)
     with tempfile.TemporaryDirectory(prefix="triage-stdin-") as scratch:
         files = [_stdin_to(Path(scratch)) if p == "-" else p for p in paths]
         targets: dict[str, Any] = {"paths": files, "pids": all_pids}
         if symptom is None:
-            report = analyze(playbooks["analyze"], by_symptom, targets)
-        elif symptom.value in by_symptom:
-            report = triage(by_symptom[symptom.value], targets)
+            report = analyze(chosen, by_symptom, targets)
         else:
-            raise UsageError(f"no playbook for symptom {symptom.value!r}")
+            report = triage(chosen, targets)
         report.targets["paths"] = paths
         if "-" in paths:
             from triage.models import Report
@@ -256,7 +258,7 @@ def demo(
     from triage.demo import run_demo
     from triage.scenarios import ScenarioError
 
-    _load()
+    _load(["hang.*"])
     try:
         run_demo(scenario, lambda report: emit(report, Format.json if as_json else Format.terminal))
     except (ScenarioError, TimeoutError) as exc:

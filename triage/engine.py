@@ -27,7 +27,10 @@ def gather(playbook: Playbook, targets: dict[str, Any], registry: Registry = REG
             continue
         if step.needs_any and not any(context.get(key) for key in step.needs_any):
             continue
-        spec_params = registry.get(step.tool).parameter_names() if step.tool in registry else set()
+        try:
+            spec_params = registry.get(step.tool).parameter_names()
+        except KeyError:  # unknown or broken: `run` records why
+            spec_params = set()
         params = {k: v for k, v in context.items() if k in spec_params} | step.args
         run = registry.run(step.tool, params)
         report.tool_runs.append(run.result)

@@ -14,8 +14,12 @@ import importlib
 import importlib.machinery
 import importlib.util
 import os
+import re
 import sys
+from collections.abc import Iterable
 from pathlib import Path
+
+from triage.registry import REGISTRY
 
 PLUGINS_ENV = "TRIAGE_PLUGINS"
 _PACKAGE_DIR = Path(__file__).resolve().parent
@@ -35,46 +39,80 @@ def plugin_dirs(extra: list[Path] | None = None) -> list[Path]:
     return dirs + list(extra or [])
 
 
+def _package(directory: Path, package: str) -> None:
+    """Make `directory` importable as `package` (with or without an __init__.py)."""
+    if package in sys.modules:
+        return
+    init = directory / "__init__.py"
+    spec: importlib.machinery.ModuleSpec | None
+    if init.exists():
+        spec = importlib.util.spec_from_file_location(
+            package, init, submodule_search_locations=[str(directory)]
+        )
+    else:  # a plain folder of modules: a namespace-like package with no code of its own
+        spec = importlib.machinery.ModuleSpec(package, None, is_package=True)
+        spec.submodule_search_locations = [str(directory)]
+    if spec is None:
+        raise ImportError(f"cannot load {directory} as a package")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[package] = module
+    if spec.loader is not None and init.exists():
+        spec.loader.exec_module(module)
+
+
+def _modules(directory: Path) -> list[Path]:
+    return [p for p in sorted(directory.glob("*.py")) if not p.stem.startswith("_")]
+
+
 def import_directory(directory: Path, package: str) -> list[str]:
     """Import every module of a directory as submodules of `package`; returns their names."""
-    if package not in sys.modules:
-        init = directory / "__init__.py"
-        spec: importlib.machinery.ModuleSpec | None
-        if init.exists():
-            spec = importlib.util.spec_from_file_location(
-                package, init, submodule_search_locations=[str(directory)]
-            )
-        else:  # a plain folder of modules: a namespace-like package with no code of its own
-            spec = importlib.machinery.ModuleSpec(package, None, is_package=True)
-            spec.submodule_search_locations = [str(directory)]
-        if spec is None:
-            raise ImportError(f"cannot load {directory} as a package")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[package] = module
-        if spec.loader is not None and init.exists():
-            spec.loader.exec_module(module)
+    _package(directory, package)
     names = []
-    for path in sorted(directory.glob("*.py")):
-        if path.stem.startswith("_"):
-            continue
+    for path in _modules(directory):
         name = f"{package}.{path.stem}"
         importlib.import_module(name)
         names.append(name)
     return names
 
 
+_TOOL_NAME = re.compile(r"""@tool\(\s*name\s*=\s*["']([A-Za-z_]\w*)["']""")
+
+
 def load_tools() -> None:
-    """Register the bundled tools (idempotent)."""
-    if "tools" not in _loaded:
-        import_directory(bundled_dir("tools"), "triage.tools")
-        _loaded.add("tools")
+    """Make the bundled tools callable by name; a module is imported when one of its tools
+    is first needed, so `triage hang` does not pay for parsers it never runs."""
+    if "tools" in _loaded:
+        return
+    directory = bundled_dir("tools")
+    _package(directory, "triage.tools")
+    for path in _modules(directory):
+        module = f"triage.tools.{path.stem}"
+        names = _TOOL_NAME.findall(path.read_text(encoding="utf-8"))
+        if not names:  # a tool named by its function: only importing it tells the name
+            importlib.import_module(module)
+        for name in names:
+            REGISTRY.defer(name, module)
+    _loaded.add("tools")
 
 
-def load_rules() -> None:
-    """Register the bundled rules (idempotent)."""
-    if "rules" not in _loaded:
-        import_directory(_PACKAGE_DIR / "rules", "triage.rules")
-        _loaded.add("rules")
+def rule_families(causes: Iterable[str]) -> set[str] | None:
+    """The cause families a playbook's globs reach ('hang.*' -> hang); None when any glob
+    spans families."""
+    families = {glob.split(".", 1)[0] for glob in causes}
+    return None if any(set(f) & set("*?[") for f in families) else families
+
+
+def load_rules(families: set[str] | None = None) -> None:
+    """Register the bundled rules of some cause families (all when None, idempotent).
+
+    A rule module's name starts with its cause family (`oom_leak.py`), so a playbook
+    imports only the families its causes name.
+    """
+    _package(_PACKAGE_DIR / "rules", "triage.rules")
+    for path in _modules(_PACKAGE_DIR / "rules"):
+        family = path.stem.split("_", 1)[0]
+        if families is None or family in families:
+            importlib.import_module(f"triage.rules.{path.stem}")
 
 
 def load_plugins(dirs: list[Path]) -> list[str]:
@@ -93,7 +131,8 @@ def load_plugins(dirs: list[Path]) -> list[str]:
     return loaded
 
 
-def load_all(extra_plugin_dirs: list[Path] | None = None) -> None:
+def load_all(extra_plugin_dirs: list[Path] | None = None, families: set[str] | None = None) -> None:
+    """Tools, the rules of `families` (all when None) and the user's plugins."""
     load_tools()
-    load_rules()
+    load_rules(families)
     load_plugins(plugin_dirs(extra_plugin_dirs))

@@ -7,6 +7,7 @@ description and input schema.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import time
 from collections.abc import Callable
@@ -87,6 +88,22 @@ def _input_model(name: str, func: Callable[..., Any]) -> type[BaseModel]:
 class Registry:
     def __init__(self) -> None:
         self._tools: dict[str, ToolSpec] = {}
+        self._deferred: dict[str, str] = {}
+        self._broken: dict[str, str] = {}
+
+    def defer(self, name: str, module: str) -> None:
+        """Know a tool by name now; import the module that registers it on first use."""
+        if name not in self._tools:
+            self._deferred[name] = module
+
+    def _resolve(self, name: str) -> None:
+        module = self._deferred.pop(name, None)
+        if module is None:
+            return
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # a broken tool module costs its tools, not the report
+            self._broken[name] = f"{module} failed to import: {type(exc).__name__}: {exc}"
 
     def register(self, func: Callable[..., ToolOutput], name: str, description: str) -> ToolSpec:
         if name in self._tools and self._tools[name].func is not func:
@@ -96,16 +113,21 @@ class Registry:
         return spec
 
     def get(self, name: str) -> ToolSpec:
+        self._resolve(name)
         try:
             return self._tools[name]
         except KeyError:
+            if name in self._broken:
+                raise KeyError(f"tool {name!r} is unavailable: {self._broken[name]}") from None
             known = ", ".join(sorted(self._tools)) or "none"
             raise KeyError(f"unknown tool {name!r} (known: {known})") from None
 
     def __contains__(self, name: str) -> bool:
-        return name in self._tools
+        return name in self._tools or name in self._deferred or name in self._broken
 
     def all(self) -> list[ToolSpec]:
+        for name in list(self._deferred):
+            self._resolve(name)
         return sorted(self._tools.values(), key=lambda spec: spec.name)
 
     def run(self, name: str, params: dict[str, Any]) -> ToolRun:
