@@ -196,13 +196,7 @@ def _scan_elastic_error(path: Path, payload: dict[str, Any]) -> ScanResult:
     with tempfile.TemporaryDirectory(prefix="triage-") as tmp:
         copy = Path(tmp) / path.name
         copy.write_text("\n".join(parts))
-        result = scan_file(copy)
-    for record in result.tracebacks:
-        record.path = str(path)
-    for sig in result.signals:
-        sig.path = str(path)
-    result.path, result.size = str(path), path.stat().st_size
-    return result
+        return scan_file(copy, source=path)
 
 
 def _evidence(result: ScanResult, ids: Counter[str]) -> list[Evidence]:

@@ -256,12 +256,14 @@ def _take_lines(data: bytes, start: int, count: int, first_no: int, window: _Win
     return min(position, len(data))
 
 
-def scan_file(path: Path) -> ScanResult:
-    """Signals and tracebacks of one file."""
+def scan_file(path: Path, source: Path | None = None) -> ScanResult:
+    """Signals and tracebacks of one file; `source` names the file it was extracted from
+    (its name and folder still tell the rank)."""
     lines, total, dropped = hit_lines(path)
-    result = ScanResult(path=str(path), size=path.stat().st_size, lines=total, dropped=dropped)
-    base = file_origin(str(path))
-    parser = _BlockParser(str(path))
+    named = source or path
+    result = ScanResult(path=str(named), size=named.stat().st_size, lines=total, dropped=dropped)
+    base = file_origin(str(named))
+    parser = _BlockParser(str(named))
     bounded = _Bounded()
     previous = 0
     for number, raw in lines:
@@ -270,12 +272,12 @@ def scan_file(path: Path) -> ScanResult:
         previous = number
         text, origin = split_prefix(raw, base)
         for sig, fields in signatures.matches(text):
-            bounded.add(_signal(sig, fields, text, str(path), number, origin))
+            bounded.add(_signal(sig, fields, text, str(named), number, origin))
         parser.feed(number, text, origin)
     parser.reset()
     for number, text, origin in parser.joined:
         for sig, fields in signatures.matches(text):
-            bounded.add(_signal(sig, fields, text, str(path), number, origin))
+            bounded.add(_signal(sig, fields, text, str(named), number, origin))
     result.signals = bounded.items()
     result.tracebacks = parser.records
     learn_ranks([result])
@@ -352,7 +354,8 @@ def learn_ranks(results: list[ScanResult]) -> None:
             local = s.fields.get("local_rank")
             if local is not None and str(local).isdigit():
                 host = s.fields.get("host", s.host)
-                hosts.add(host)
+                if host is not None:
+                    hosts.add(host)
                 by_local.setdefault(int(local), set()).add(int(rank))
     one_node = len(hosts) <= 1
     for result in results:
@@ -455,12 +458,13 @@ class _BlockParser:
             )
             return
         if block.style == "tb":
+            # The exception line ends a traceback; it is indented when a launcher report
+            # quotes the traceback. Any other unindented line ends it without a message.
             exc = _EXC_LINE.match(stripped)
-            if exc and not text[:1].isspace():
+            if exc:
                 block.exception, block.message = exc["type"], (exc["msg"] or "").strip()
                 self._close(key)
             elif stripped and not text[:1].isspace() and block.frames:
-                block.message = stripped
                 self._close(key)
             return
         if stripped and not text[:1].isspace():

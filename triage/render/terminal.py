@@ -105,15 +105,17 @@ def _evidence_lines(report: Report) -> list[str]:
     cited = [i for f in report.hypotheses for i in f.evidence]
     order = {eid: n for n, eid in enumerate(dict.fromkeys(cited))}
     ranked = sorted(report.evidence, key=lambda e: order.get(e.id, len(order)))
-    lines = []
-    for item in ranked[:MAX_EVIDENCE_LINES]:
+    lines: dict[str, list[str]] = {}  # the same line teed into two logs reads once
+    for item in ranked:
         who = f"[rank {item.rank}] " if item.rank is not None else ""
-        lines.append(f"{who}{item.summary[:160]}  ({short_path(item.source)})")
-    if len(report.evidence) > MAX_EVIDENCE_LINES:
-        lines.append(
-            f"... {len(report.evidence) - MAX_EVIDENCE_LINES} more (use --json or --format markdown)"
-        )
-    return lines
+        text = f"{who}{item.summary[:160]}"
+        if text in lines or len(lines) < MAX_EVIDENCE_LINES:
+            lines.setdefault(text, []).append(short_path(item.source))
+    shown = [f"{text}  ({', '.join(sources[:2])})" for text, sources in lines.items()]
+    left = len(report.evidence) - sum(len(sources) for sources in lines.values())
+    if left > 0:
+        shown.append(f"... {left} more (use --json or --format markdown)")
+    return shown
 
 
 def build(report: Report) -> Group:
