@@ -121,3 +121,22 @@ def test_binary_garbage_and_a_cut_last_line_are_read_without_error(tmp_path: Pat
     )
     result = scan_file(path)
     assert result.tracebacks and result.tracebacks[0].rank == 2
+
+
+def test_a_traceback_forced_by_ctrl_c_is_a_stack_dump(tmp_path: Path) -> None:
+    text = (
+        "[rank1]: Traceback (most recent call last):\n"
+        '[rank1]:   File "/work/job/train.py", line 30, in main\n'
+        "[rank1]:     dist.barrier()\n"
+        '[rank1]:   File "/opt/venv/lib/python3.11/site-packages/torch/distributed/'
+        'distributed_c10d.py", line 4150, in barrier\n'
+        "[rank1]:     work.wait()\n"
+        "[rank1]: KeyboardInterrupt\n"
+        "[rank2]: Traceback (most recent call last):\n"
+        '[rank2]:   File "/work/job/train.py", line 31, in main\n'
+        "[rank2]:     raise ValueError('bad batch')\n"
+        "[rank2]: ValueError: bad batch\n"
+    )
+    result = scan_file(_write(tmp_path, "console.log", text))
+    dumps = {t.rank: t.dump for t in result.tracebacks}
+    assert dumps == {1: True, 2: False}

@@ -524,9 +524,16 @@ class _BlockParser:
                 message=block.message[:MAX_LINE],
                 frames=frames[:200],
                 user_frame=user,
-                dump=block.style != "tb",
+                dump=block.style != "tb" or _interrupted(block.exception),
             )
         )
+
+
+def _interrupted(exception: str | None) -> bool:
+    """Ctrl-C or a launcher's SIGTERM stops a waiting rank where it waits: its traceback
+    is a stack dump, not the failure."""
+    name = (exception or "").rsplit(".", 1)[-1]
+    return name in ("KeyboardInterrupt", "SignalException")
 
 
 @dataclass

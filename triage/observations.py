@@ -152,7 +152,8 @@ class TracebackRecord(Payload):
     user_frame: Frame | None = Field(default=None, description="Innermost frame of user code.")
     dump: bool = Field(
         default=False,
-        description="A stack dump of a live process (faulthandler, py-spy), not an error.",
+        description="A stack dump of a live process (faulthandler, py-spy, or a traceback "
+        "forced by Ctrl-C or a launcher's SIGTERM), not the error itself.",
     )
 
 
