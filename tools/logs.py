@@ -70,13 +70,16 @@ def _walk(paths: list[str]) -> tuple[list[Path], list[Gap]]:
         if path.is_dir():
             for root, dirs, names in os.walk(path):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-                files += [Path(root) / n for n in sorted(names) if not n.startswith(".")]
+                # is_file: regular files only; opening a FIFO (NCCL's dump pipe) blocks forever
+                found = (Path(root) / n for n in sorted(names) if not n.startswith("."))
+                files += [f for f in found if f.is_file()]
                 if len(files) > MAX_FILES:
                     break
         elif path.is_file():
             files.append(path)
         else:
-            gaps.append(Gap(source=raw, reason="no such file or directory", tool="collect_files"))
+            why = "not a regular file" if path.exists() else "no such file or directory"
+            gaps.append(Gap(source=raw, reason=why, tool="collect_files"))
     if len(files) > MAX_FILES:
         gaps.append(
             Gap(
@@ -101,8 +104,10 @@ def collect_files(paths: list[str]) -> ToolOutput:
     kinds: dict[str, list[str]] = {}
     for path in files:
         kinds.setdefault(sniff(path), []).append(str(path))
-    for empty in kinds.get("empty", [])[:20]:
-        gaps.append(Gap(source=empty, reason="empty file", tool="collect_files"))
+    empty = kinds.get("empty", [])
+    if empty:  # torchrun leaves an empty stderr.log per quiet rank: one line says it
+        more = f" and {len(empty) - 1} more" if len(empty) > 1 else ""
+        gaps.append(Gap(source=empty[0], reason=f"empty file{more}", tool="collect_files"))
     skipped = kinds.get("binary", []) + kinds.get("unreadable", [])
     if skipped:
         gaps.append(

@@ -265,6 +265,60 @@ def demo(
         raise UsageError(f"demo failed: {str(exc).splitlines()[0]}") from exc
 
 
+@app.command(context_settings={"allow_interspersed_args": False})
+def run(
+    command: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="-- COMMAND...",
+            help="The job's launch command: torchrun ..., python train.py, deepspeed ...",
+        ),
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Folder for logs, dumps and the report (new or empty)."),
+    ] = None,
+    hang_after: Annotated[
+        float,
+        typer.Option(
+            "--hang-after", help="Seconds every rank must wait in collectives to count as hung."
+        ),
+    ] = 300.0,
+    debug_detail: Annotated[
+        bool,
+        typer.Option("--debug-detail", help="Also set TORCH_DISTRIBUTED_DEBUG=DETAIL."),
+    ] = False,
+    kill_on_hang: Annotated[
+        bool, typer.Option("--kill-on-hang", help="Kill the job after triaging a hang.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run a job with debug logging and Flight Recorder on; triage it if it fails or hangs.
+
+    Exits with the job's exit code, or 3 when the job hung (it is left running unless
+    --kill-on-hang). Everything is written to --out (default ./triage-run-<time>).
+    """
+    from triage.runner import RunError, RunOptions, run_job
+
+    _load()
+    options = RunOptions(
+        command=command,
+        out=out,
+        hang_after=hang_after,
+        debug_detail=debug_detail,
+        kill_on_hang=kill_on_hang,
+        as_json=as_json,
+        plugin_dirs=_plugin_dirs,
+    )
+    try:
+        code = run_job(
+            options, lambda report: emit(report, Format.json if as_json else Format.terminal)
+        )
+    except RunError as exc:
+        fail(str(exc), exc.exit_code)
+    raise typer.Exit(code)
+
+
 @tools_app.command("list")
 def tools_list(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Every registered tool with its description and input schema."""
