@@ -1,4 +1,5 @@
-"""Shared fixtures: the bundled tools and rules are registered once per session."""
+"""Shared fixtures: the bundled tools and rules are registered once per session, and the
+in-process `triage analyze` the rule tests run their logs through."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from triage.engine import analyze, triage
+from triage.models import Finding, Report
+from triage.playbooks import load_playbooks
 from triage.plugins import load_all
 
 REPO = Path(__file__).resolve().parent.parent
@@ -22,3 +26,22 @@ def triage_cli(*args: str) -> list[str]:
 requires_torch = pytest.mark.skipif(
     importlib.util.find_spec("torch") is None, reason="needs the torch extra"
 )
+
+
+def analyze_files(tmp_path: Path, files: dict[str, str], symptom: str | None = None) -> Report:
+    """Write the logs and triage them in-process, as `triage analyze [--symptom]` does."""
+    for name, text in files.items():
+        (tmp_path / name).write_text(text if text.endswith("\n") else text + "\n")
+    playbooks = load_playbooks()
+    by_symptom = {p.symptom: p for p in playbooks.values() if p.name != "analyze"}
+    targets = {"paths": [str(tmp_path)], "pids": []}
+    if symptom is None:
+        return analyze(playbooks["analyze"], by_symptom, targets)
+    return triage(by_symptom[symptom], targets)
+
+
+def hypothesis(report: Report, cause: str) -> Finding:
+    """The report's hypothesis for `cause`; the test fails, listing the others, without one."""
+    found = [h for h in report.hypotheses if h.cause_id == cause]
+    assert found, f"no {cause} in {[(h.cause_id, h.confidence) for h in report.hypotheses]}"
+    return found[0]

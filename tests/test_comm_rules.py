@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from triage.engine import analyze, triage
-from triage.models import Finding, Report
-from triage.playbooks import load_playbooks
+from tests.conftest import analyze_files, hypothesis
+from triage.models import Report
 from triage.signatures import matches
 
 # --- real text --------------------------------------------------------------------------
@@ -155,24 +154,6 @@ def init_traceback(rank: int) -> str:
 # --- harness ----------------------------------------------------------------------------
 
 
-def run(tmp_path: Path, files: dict[str, str], symptom: str | None = None) -> Report:
-    """Write the logs and triage them in-process, as `triage analyze [--symptom]` does."""
-    for name, text in files.items():
-        (tmp_path / name).write_text(text if text.endswith("\n") else text + "\n")
-    playbooks = load_playbooks()
-    by_symptom = {p.symptom: p for p in playbooks.values() if p.name != "analyze"}
-    targets = {"paths": [str(tmp_path)], "pids": []}
-    if symptom is None:
-        return analyze(playbooks["analyze"], by_symptom, targets)
-    return triage(by_symptom[symptom], targets)
-
-
-def hypothesis(report: Report, cause: str) -> Finding:
-    found = [h for h in report.hypotheses if h.cause_id == cause]
-    assert found, f"no {cause} in {[(h.cause_id, h.confidence) for h in report.hypotheses]}"
-    return found[0]
-
-
 def causes(report: Report) -> list[str]:
     return [h.cause_id for h in report.hypotheses]
 
@@ -184,7 +165,7 @@ def test_peer_crash_names_the_rank_that_failed_first(tmp_path: Path) -> None:
     console = interleave(
         gloo_victim(3, 7871), gloo_culprit(2), gloo_victim(1, 43438), gloo_victim(0, 29411)
     )
-    report = run(tmp_path, {"console.log": "\n".join(console) + "\n" + ELASTIC_REPORT})
+    report = analyze_files(tmp_path, {"console.log": "\n".join(console) + "\n" + ELASTIC_REPORT})
     top = report.verdict
     assert top is not None and top.cause_id == "comm.peer_failure"
     assert top.ranks == [2]
@@ -208,14 +189,16 @@ def test_launcher_seeing_a_victim_exit_first_does_not_make_it_the_culprit(
         .replace("exitcode  : 1 (pid: 6659)", "exitcode  : 1 (pid: 6660)")
     )
     console = interleave(gloo_culprit(2), gloo_victim(3, 7871))
-    report = run(tmp_path, {"console.log": "\n".join(console) + "\n" + report_rank3_first})
+    report = analyze_files(
+        tmp_path, {"console.log": "\n".join(console) + "\n" + report_rank3_first}
+    )
     top = report.verdict
     assert top is not None and top.cause_id == "comm.peer_failure"
     assert top.ranks == [2]
 
 
 def test_peer_symptoms_alone_name_witnesses_and_ask_for_the_other_logs(tmp_path: Path) -> None:
-    report = run(
+    report = analyze_files(
         tmp_path,
         {
             "rank1.log": "\n".join(gloo_victim(1, 43438)),
@@ -264,7 +247,7 @@ def test_shm_origin_leads_and_peer_failure_follows(tmp_path: Path) -> None:
                 f"node1:{pid}:{pid + 30} [{rank}] NCCL INFO misc/socket.cc:749 -> 6",
             ]
         )
-    report = run(tmp_path, files)
+    report = analyze_files(tmp_path, files)
     assert causes(report)[:2] == ["comm.shm_exhausted", "comm.peer_failure"]
     shm = hypothesis(report, "comm.shm_exhausted")
     assert shm.ranks == [1]
@@ -285,7 +268,7 @@ GLOO_NO_IF = (
 
 def test_gloo_interface_that_does_not_exist(tmp_path: Path) -> None:
     lines = [f"[rank{r}]: {GLOO_NO_IF}" for r in (0, 1)]
-    report = run(tmp_path, {"console.log": "\n".join(lines)})
+    report = analyze_files(tmp_path, {"console.log": "\n".join(lines)})
     top = report.verdict
     assert top is not None and top.cause_id == "comm.wrong_interface"
     assert top.ranks == [0, 1]
@@ -307,7 +290,7 @@ def test_ifname_override_matching_nothing_beats_the_override_hypothesis(tmp_path
             ),
         ]
     )
-    report = run(tmp_path, {"train.log": log}, symptom="comm")
+    report = analyze_files(tmp_path, {"train.log": log}, symptom="comm")
     assert causes(report)[0] == "comm.wrong_interface"
     top = hypothesis(report, "comm.wrong_interface")
     assert "NCCL_SOCKET_IFNAME=ens9f0" in top.title
@@ -326,7 +309,7 @@ def test_connect_to_docker_bridge_address(tmp_path: Path) -> None:
             "e57377aacbb6:1203:1227 [0] NCCL INFO misc/socket.cc:561 -> 2",
         ]
     )
-    report = run(tmp_path, {"node1.log": log})
+    report = analyze_files(tmp_path, {"node1.log": log})
     top = report.verdict
     assert top is not None and top.cause_id == "comm.wrong_interface"
     assert "docker" in top.title
@@ -344,7 +327,7 @@ def test_dataloader_bus_error_is_shared_memory(tmp_path: Path) -> None:
         "possible that dataloader's workers are out of shared memory. Please try to raise "
         "your shared memory limit.\n"
     )
-    report = run(tmp_path, {"rank0.log": log})
+    report = analyze_files(tmp_path, {"rank0.log": log})
     top = report.verdict
     assert top is not None and top.cause_id == "comm.shm_exhausted"
     assert top.ranks == [0]
@@ -370,7 +353,7 @@ def test_ibv_reg_mr_out_of_locked_memory(tmp_path: Path) -> None:
             ),
         ]
     )
-    report = run(tmp_path, {"rank0.log": log}, symptom="comm")
+    report = analyze_files(tmp_path, {"rank0.log": log}, symptom="comm")
     top = report.verdict
     assert top is not None and top.cause_id == "comm.infiniband"
     assert top.ranks == [0]
@@ -398,7 +381,7 @@ def test_ib_retry_exceeded_after_a_peer_died_yields_to_the_peer(tmp_path: Path) 
             "[rank1]: KeyError: 'pixel_values'",
         ]
     )
-    report = run(tmp_path, {"rank0.log": survivor, "rank1.log": dead})
+    report = analyze_files(tmp_path, {"rank0.log": survivor, "rank1.log": dead})
     top = report.verdict
     assert top is not None and top.cause_id == "comm.peer_failure"
     assert top.ranks == [1]
@@ -420,7 +403,7 @@ def test_setup_that_stops_on_one_host_is_the_p2p_hang(tmp_path: Path) -> None:
         "[rank0]:     dist.barrier()\n"
         "[rank0]: KeyboardInterrupt\n"
     )
-    report = run(tmp_path, files)
+    report = analyze_files(tmp_path, files)
     top = report.verdict
     assert top is not None and top.cause_id == "comm.p2p_unsupported"
     assert "NCCL_P2P_DISABLE=1" in top.fix
@@ -432,7 +415,7 @@ def test_setup_that_stops_across_hosts_points_at_the_network(tmp_path: Path) -> 
         "rank0.log": nccl_setup("node-a", 3300, 0, nranks=2, dev=0),
         "rank1.log": nccl_setup("node-b", 3300, 1, nranks=2, dev=0),
     }
-    report = run(tmp_path, files)
+    report = analyze_files(tmp_path, files)
     assert "comm.p2p_unsupported" not in causes(report)
     assert causes(report)[0] == "comm.wrong_interface"
 
@@ -457,7 +440,7 @@ def test_p2p_channels_then_a_collective_timeout_on_one_host(tmp_path: Path) -> N
                 "kernels, subsequent GPU operations might run on corrupted/incomplete data.",
             ]
         )
-    report = run(tmp_path, files)
+    report = analyze_files(tmp_path, files)
     p2p = hypothesis(report, "comm.p2p_unsupported")
     assert p2p.confidence == pytest.approx(0.45)
     assert "NCCL_P2P_DISABLE=1" in p2p.confirm
@@ -468,7 +451,7 @@ def test_gloo_peer_on_a_loopback_address(tmp_path: Path) -> None:
         "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:799] connect "
         "[127.0.1.1]:27129: Connection refused\n"
     )
-    report = run(tmp_path, {"rank1.log": log})
+    report = analyze_files(tmp_path, {"rank1.log": log})
     top = report.verdict
     assert top is not None and top.cause_id == "comm.wrong_interface"
     assert top.ranks == [1]
@@ -486,7 +469,7 @@ def test_cuda_ipc_peer_access_error(tmp_path: Path) -> None:
             "lib/c10d/ProcessGroupNCCL.cpp:784, unhandled cuda error, NCCL version 2.7.8",
         ]
     )
-    report = run(tmp_path, {"train.log": log})
+    report = analyze_files(tmp_path, {"train.log": log})
     top = report.verdict
     assert top is not None and top.cause_id == "comm.p2p_unsupported"
     assert top.confidence >= 0.8
@@ -504,7 +487,7 @@ def test_store_port_in_use(tmp_path: Path) -> None:
         "local network address. port: 29611, useIpv6: false, code: -98, name: EADDRINUSE, "
         "message: address already in use\n"
     )
-    report = run(tmp_path, {"console.log": log})
+    report = analyze_files(tmp_path, {"console.log": log})
     top = report.verdict
     assert top is not None and top.cause_id == "comm.rendezvous"
     assert "29611" in top.title
@@ -523,7 +506,7 @@ def test_store_unreachable(tmp_path: Path) -> None:
         "torch.distributed.DistNetworkError: The client socket has timed out after 2000ms "
         "while trying to connect to (10.9.8.7, 29612).\n"
     )
-    report = run(tmp_path, {"rank1.log": log})
+    report = analyze_files(tmp_path, {"rank1.log": log})
     top = report.verdict
     assert top is not None and top.cause_id == "comm.rendezvous"
     assert "10.9.8.7" in top.title
@@ -535,7 +518,7 @@ def test_ipv6_localhost_warning_is_not_a_rendezvous_failure(tmp_path: Path) -> N
         "[W socket.cpp:601] [c10d] The client socket has failed to connect to [localhost]:29500 "
         "(errno: 99 - Cannot assign requested address).\n"
     )
-    report = run(tmp_path, {"rank0.log": log}, symptom="comm")
+    report = analyze_files(tmp_path, {"rank0.log": log}, symptom="comm")
     assert "comm.rendezvous" not in causes(report)
 
 
@@ -548,7 +531,7 @@ def test_dns_and_ports_of_user_code_are_not_the_rendezvous(tmp_path: Path) -> No
         "resolve 'huggingface.co' ([Errno -3] Temporary failure in name resolution)\"))\n"
         "OSError: [Errno 98] Address already in use\n"
     )
-    report = run(tmp_path, {"rank0.log": log}, symptom="comm")
+    report = analyze_files(tmp_path, {"rank0.log": log}, symptom="comm")
     assert "comm.rendezvous" not in causes(report)
 
 
@@ -557,7 +540,7 @@ def test_nodes_that_never_join(tmp_path: Path) -> None:
         "torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. "
         "1/2 clients joined.\n"
     )
-    report = run(tmp_path, {"node0.log": log})
+    report = analyze_files(tmp_path, {"node0.log": log})
     top = report.verdict
     assert top is not None and top.cause_id == "comm.rendezvous"
     assert "1/2" in top.title
@@ -578,7 +561,7 @@ def test_different_nccl_versions_across_ranks(tmp_path: Path) -> None:
         )
         for rank, version in ((0, "2.18.1"), (1, "2.21.5"))
     }
-    report = run(tmp_path, files, symptom="comm")
+    report = analyze_files(tmp_path, files, symptom="comm")
     top = report.verdict
     assert top is not None and top.cause_id == "comm.version_mismatch"
     assert "2.18.1" in top.title and "2.21.5" in top.title
@@ -592,7 +575,7 @@ def test_env_override_alone_is_not_a_finding(tmp_path: Path) -> None:
             "- Init COMPLETE",
         ]
     )
-    report = run(tmp_path, {"rank0.log": log}, symptom="comm")
+    report = analyze_files(tmp_path, {"rank0.log": log}, symptom="comm")
     assert "comm.nccl_env_override" not in causes(report)
 
 
@@ -608,7 +591,7 @@ def test_forced_algorithm_with_a_failure_is_a_hypothesis(tmp_path: Path) -> None
             ),
         ]
     )
-    report = run(tmp_path, {"rank0.log": log}, symptom="comm")
+    report = analyze_files(tmp_path, {"rank0.log": log}, symptom="comm")
     top = report.verdict
     assert top is not None and top.cause_id == "comm.nccl_env_override"
     assert "NCCL_ALGO=Tree" in top.title
@@ -617,7 +600,7 @@ def test_forced_algorithm_with_a_failure_is_a_hypothesis(tmp_path: Path) -> None
 
 def test_unexplained_nccl_error_asks_for_nccl_debug(tmp_path: Path) -> None:
     log = nccl_error("internal error - please report this issue to the NCCL developers", "", rank=0)
-    report = run(tmp_path, {"rank0.log": log}, symptom="comm")
+    report = analyze_files(tmp_path, {"rank0.log": log}, symptom="comm")
     top = report.verdict
     assert top is not None and top.cause_id == "comm.unknown"
     assert top.rule_id == "logs.comm_unknown"

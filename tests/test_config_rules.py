@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from triage.engine import analyze, triage
+from tests.conftest import analyze_files, hypothesis
 from triage.models import Finding, Report
-from triage.playbooks import load_playbooks
 from triage.signatures import matches
 
 VENV = "/opt/venv/lib/python3.11/site-packages"
@@ -344,27 +343,9 @@ HEALTHY = "[rank0]: step 100 | loss 2.3456 | grad_norm 1.02 | lr 3.000e-04"
 # --- helpers -----------------------------------------------------------------------------
 
 
-def run(tmp_path: Path, files: dict[str, str], symptom: str | None = None) -> Report:
-    """Write the logs and triage them in-process, as `triage analyze [--symptom]` does."""
-    for name, text in files.items():
-        (tmp_path / name).write_text(text if text.endswith("\n") else text + "\n")
-    playbooks = load_playbooks()
-    by_symptom = {p.symptom: p for p in playbooks.values() if p.name != "analyze"}
-    targets = {"paths": [str(tmp_path)], "pids": []}
-    if symptom is None:
-        return analyze(playbooks["analyze"], by_symptom, targets)
-    return triage(by_symptom[symptom], targets)
-
-
 def top(report: Report) -> Finding:
     assert report.hypotheses, report.gaps
     return report.hypotheses[0]
-
-
-def hypothesis(report: Report, cause: str) -> Finding:
-    found = [h for h in report.hypotheses if h.cause_id == cause]
-    assert found, [h.cause_id for h in report.hypotheses]
-    return found[0]
 
 
 def names(line: str) -> dict[str, dict[str, object]]:
@@ -498,7 +479,7 @@ def test_healthy_lines_match_no_config_ddp_or_nan_signature(line: str) -> None:
 
 
 def test_launch_passing_dashed_local_rank(tmp_path: Path) -> None:
-    verdict = top(run(tmp_path, {"console.log": LAUNCH_HYPHEN}))
+    verdict = top(analyze_files(tmp_path, {"console.log": LAUNCH_HYPHEN}))
     assert verdict.cause_id == "config.launcher_args"
     assert verdict.confidence >= 0.9
     assert verdict.location is not None and verdict.location.file == "args.py"
@@ -507,14 +488,14 @@ def test_launch_passing_dashed_local_rank(tmp_path: Path) -> None:
 
 
 def test_torchrun_not_passing_a_required_local_rank(tmp_path: Path) -> None:
-    verdict = top(run(tmp_path, {"console.log": TORCHRUN_REQUIRED}))
+    verdict = top(analyze_files(tmp_path, {"console.log": TORCHRUN_REQUIRED}))
     assert verdict.cause_id == "config.launcher_args"
     assert "requires --local_rank" in verdict.title
     assert "LOCAL_RANK" in verdict.fix
 
 
 def test_deepspeed_and_hf_parser_variants(tmp_path: Path) -> None:
-    verdict = top(run(tmp_path, {"a.log": DEEPSPEED_UNDERSCORE, "b.log": HF_PARSER}))
+    verdict = top(analyze_files(tmp_path, {"a.log": DEEPSPEED_UNDERSCORE, "b.log": HF_PARSER}))
     assert verdict.cause_id == "config.launcher_args"
     assert verdict.confidence >= 0.9
 
@@ -524,7 +505,7 @@ def test_launcher_options_after_the_script_name(tmp_path: Path) -> None:
         "usage: train.py [-h] [--local_rank LOCAL_RANK]\n"
         "train.py: error: unrecognized arguments: --nproc_per_node=4 --master_port=29501\n"
     )
-    verdict = top(run(tmp_path, {"console.log": text}))
+    verdict = top(analyze_files(tmp_path, {"console.log": text}))
     assert verdict.cause_id == "config.launcher_args"
     assert "--master_port, --nproc_per_node" in verdict.title
     assert "before it" in verdict.fix
@@ -535,13 +516,13 @@ def test_script_option_typo_is_a_weaker_launcher_args(tmp_path: Path) -> None:
         "usage: train.py [-h] [--local_rank LOCAL_RANK]\n"
         "train.py: error: unrecognized arguments: --lerning-rate 0.1\n"
     )
-    verdict = hypothesis(run(tmp_path, {"console.log": text}), "config.launcher_args")
+    verdict = hypothesis(analyze_files(tmp_path, {"console.log": text}), "config.launcher_args")
     assert 0.5 <= verdict.confidence < 0.7
 
 
 def test_exit_code_2_alone_is_only_a_hint(tmp_path: Path) -> None:
     text = LAUNCH_HYPHEN.splitlines()[-1]
-    verdict = hypothesis(run(tmp_path, {"console.log": text}), "config.launcher_args")
+    verdict = hypothesis(analyze_files(tmp_path, {"console.log": text}), "config.launcher_args")
     assert verdict.confidence < 0.5
     assert "unrecognized arguments" in verdict.confirm
 
@@ -553,7 +534,7 @@ def test_exit_code_2_alone_is_only_a_hint(tmp_path: Path) -> None:
 def test_env_rendezvous_without_launcher_variables(
     tmp_path: Path, text: str, variable: str
 ) -> None:
-    verdict = top(run(tmp_path, {"train.log": text}))
+    verdict = top(analyze_files(tmp_path, {"train.log": text}))
     assert verdict.cause_id == "config.env_missing"
     assert variable in verdict.title
     assert verdict.location is not None and verdict.location.file == "/workspace/train.py"
@@ -561,7 +542,7 @@ def test_env_rendezvous_without_launcher_variables(
 
 
 def test_script_reading_an_unset_local_rank(tmp_path: Path) -> None:
-    verdict = top(run(tmp_path, {"train.log": KEY_LOCAL_RANK}))
+    verdict = top(analyze_files(tmp_path, {"train.log": KEY_LOCAL_RANK}))
     assert verdict.cause_id == "config.env_missing"
     assert "LOCAL_RANK" in verdict.title and "torchrun" in verdict.fix
 
@@ -570,7 +551,7 @@ def test_script_reading_an_unset_local_rank(tmp_path: Path) -> None:
 
 
 def test_duplicate_gpu_names_both_ranks(tmp_path: Path) -> None:
-    verdict = top(run(tmp_path, {"train.log": DUPLICATE_GPU}))
+    verdict = top(analyze_files(tmp_path, {"train.log": DUPLICATE_GPU}))
     assert verdict.cause_id == "config.device_assignment"
     assert verdict.ranks == [0, 2]
     assert verdict.confidence >= 0.9
@@ -578,13 +559,13 @@ def test_duplicate_gpu_names_both_ranks(tmp_path: Path) -> None:
 
 
 def test_duplicate_gpu_warn_under_mpirun(tmp_path: Path) -> None:
-    verdict = top(run(tmp_path, {"mpi.log": DUPLICATE_GPU_WARN}))
+    verdict = top(analyze_files(tmp_path, {"mpi.log": DUPLICATE_GPU_WARN}))
     assert verdict.cause_id == "config.device_assignment"
     assert verdict.ranks == [0, 2]
 
 
 def test_invalid_ordinal_in_set_device_points_at_the_call(tmp_path: Path) -> None:
-    verdict = top(run(tmp_path, {"train.log": INVALID_ORDINAL}))
+    verdict = top(analyze_files(tmp_path, {"train.log": INVALID_ORDINAL}))
     assert verdict.cause_id == "config.device_assignment"
     assert verdict.confidence >= 0.85
     assert verdict.location is not None and (verdict.location.file, verdict.location.line) == (
@@ -595,13 +576,13 @@ def test_invalid_ordinal_in_set_device_points_at_the_call(tmp_path: Path) -> Non
 
 
 def test_devices_busy_is_a_moderate_device_assignment(tmp_path: Path) -> None:
-    verdict = hypothesis(run(tmp_path, {"train.log": BUSY}), "config.device_assignment")
+    verdict = hypothesis(analyze_files(tmp_path, {"train.log": BUSY}), "config.device_assignment")
     assert 0.5 <= verdict.confidence < 0.8
 
 
 def test_bare_nccl_invalid_usage_suggests_a_shared_gpu(tmp_path: Path) -> None:
     text = "RuntimeError: NCCL error, invalid usage, NCCL version 2.7.8"
-    verdict = top(run(tmp_path, {"train.log": text}))
+    verdict = top(analyze_files(tmp_path, {"train.log": text}))
     assert verdict.cause_id == "config.device_assignment"
     assert verdict.confidence == 0.5
     assert "two ranks on one GPU" in verdict.confirm
@@ -609,13 +590,13 @@ def test_bare_nccl_invalid_usage_suggests_a_shared_gpu(tmp_path: Path) -> None:
 
 def test_nccl_init_lines_with_two_processes_on_one_bus(tmp_path: Path) -> None:
     text = nccl_init("node1", 4100, 0, "18000") + nccl_init("node1", 4101, 1, "18000")
-    verdict = hypothesis(run(tmp_path, {"nccl.log": text}), "config.device_assignment")
+    verdict = hypothesis(analyze_files(tmp_path, {"nccl.log": text}), "config.device_assignment")
     assert verdict.ranks == [0, 1] and "18000" in verdict.title
 
 
 def test_same_bus_on_different_hosts_is_fine(tmp_path: Path) -> None:
     text = nccl_init("node1", 4100, 0, "18000") + nccl_init("node2", 4100, 1, "18000")
-    report = run(tmp_path, {"nccl.log": text})
+    report = analyze_files(tmp_path, {"nccl.log": text})
     assert "config.device_assignment" not in [h.cause_id for h in report.hypotheses]
 
 
@@ -623,7 +604,7 @@ def test_same_bus_on_different_hosts_is_fine(tmp_path: Path) -> None:
 
 
 def test_mesh_larger_than_the_world(tmp_path: Path) -> None:
-    verdict = top(run(tmp_path, {"console.log": MESH_TOO_BIG}))
+    verdict = top(analyze_files(tmp_path, {"console.log": MESH_TOO_BIG}))
     assert verdict.cause_id == "config.world_size_mismatch"
     assert verdict.ranks == [0, 1]
     assert verdict.location is not None and verdict.location.line == 4
@@ -631,20 +612,22 @@ def test_mesh_larger_than_the_world(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("text", [SAMPLER_RANK, NEW_GROUP_RANK, MEGATRON_DIVISIBLE, VLLM_EQUAL])
 def test_rank_and_size_checks(tmp_path: Path, text: str) -> None:
-    verdict = top(run(tmp_path, {"train.log": text}))
+    verdict = top(analyze_files(tmp_path, {"train.log": text}))
     assert verdict.cause_id == "config.world_size_mismatch"
     assert verdict.confidence >= 0.8
 
 
 def test_more_workers_than_world_blames_a_shared_port(tmp_path: Path) -> None:
-    verdict = top(run(tmp_path, {"train.log": BARRIER_EXCESS}))
+    verdict = top(analyze_files(tmp_path, {"train.log": BARRIER_EXCESS}))
     assert verdict.cause_id == "config.world_size_mismatch"
     assert "4 processes joined a world of 2" in verdict.title
     assert "MASTER_PORT" in verdict.fix
 
 
 def test_fewer_workers_than_world_is_only_a_hint(tmp_path: Path) -> None:
-    verdict = hypothesis(run(tmp_path, {"train.log": BARRIER_SHORT}), "config.world_size_mismatch")
+    verdict = hypothesis(
+        analyze_files(tmp_path, {"train.log": BARRIER_SHORT}), "config.world_size_mismatch"
+    )
     assert verdict.confidence < 0.5
 
 
@@ -652,7 +635,7 @@ def test_fewer_workers_than_world_is_only_a_hint(tmp_path: Path) -> None:
 
 
 def test_cpu_tensor_on_a_cuda_only_group(tmp_path: Path) -> None:
-    verdict = top(run(tmp_path, {"console.log": NO_BACKEND_CPU}))
+    verdict = top(analyze_files(tmp_path, {"console.log": NO_BACKEND_CPU}))
     assert verdict.cause_id == "config.backend_device"
     assert verdict.ranks == [0]
     assert verdict.location is not None and verdict.location.line == 3
@@ -660,7 +643,7 @@ def test_cpu_tensor_on_a_cuda_only_group(tmp_path: Path) -> None:
 
 
 def test_nccl_without_a_gpu(tmp_path: Path) -> None:
-    verdict = top(run(tmp_path, {"train.log": NCCL_NO_GPU}))
+    verdict = top(analyze_files(tmp_path, {"train.log": NCCL_NO_GPU}))
     assert verdict.cause_id == "config.backend_device"
     assert "gloo" in verdict.fix
 
@@ -670,7 +653,7 @@ def test_nccl_without_a_gpu(tmp_path: Path) -> None:
     [(GLOO_REDUCE_SCATTER, "reduce_scatter"), (NCCL_GATHER, "gather"), (GLOO_PREMUL, "PREMUL_SUM")],
 )
 def test_ops_a_backend_lacks(tmp_path: Path, text: str, op: str) -> None:
-    verdict = top(run(tmp_path, {"train.log": text}))
+    verdict = top(analyze_files(tmp_path, {"train.log": text}))
     assert verdict.cause_id == "config.backend_device"
     assert op in verdict.title
 
@@ -682,7 +665,7 @@ def test_ddp_unused_parameters_named_per_rank(tmp_path: Path) -> None:
     text = ddp_unused(0, "unused.bias, unused.weight", "2 3") + ddp_unused(
         1, "unused.bias, unused.weight", "2 3"
     )
-    verdict = top(run(tmp_path, {"console.log": text}))
+    verdict = top(analyze_files(tmp_path, {"console.log": text}))
     assert verdict.cause_id == "wrong.unused_parameters"
     assert verdict.ranks == [0, 1]
     assert "unused.bias, unused.weight on rank 0-1" in verdict.summary
@@ -695,37 +678,40 @@ def test_only_the_ranks_that_skip_a_branch_are_culprits(tmp_path: Path) -> None:
         "rank0.log": ddp_unused(0, "head.aux.weight", "7"),
         "rank1.log": traceback(1, DDP_FRAMES, REDUCTION),
     }
-    verdict = top(run(tmp_path, files))
+    verdict = top(analyze_files(tmp_path, files))
     assert verdict.cause_id == "wrong.unused_parameters"
     assert verdict.ranks == [0]
     assert "head.aux.weight on rank 0" in verdict.summary
 
 
 def test_without_debug_names_the_indices_and_asks_for_names(tmp_path: Path) -> None:
-    verdict = top(run(tmp_path, {"console.log": ddp_unused(0, None, "2 3")}))
+    verdict = top(analyze_files(tmp_path, {"console.log": ddp_unused(0, None, "2 3")}))
     assert verdict.cause_id == "wrong.unused_parameters"
     assert "#2, #3" in verdict.summary
 
 
 def test_reentrant_checkpoint_marks_ready_twice(tmp_path: Path) -> None:
     text = "".join(f"[rank{r}]: {line}\n" for r in (0, 1) for line in READY_TWICE)
-    verdict = top(run(tmp_path, {"console.log": text}))
+    verdict = top(analyze_files(tmp_path, {"console.log": text}))
     assert verdict.cause_id == "wrong.unused_parameters"
     assert "layer.bias" in verdict.summary and "use_reentrant=False" in verdict.fix
 
 
 def test_static_graph_change(tmp_path: Path) -> None:
-    verdict = top(run(tmp_path, {"console.log": f"[rank0]: {STATIC_GRAPH}"}))
+    verdict = top(analyze_files(tmp_path, {"console.log": f"[rank0]: {STATIC_GRAPH}"}))
     assert verdict.cause_id == "wrong.unused_parameters"
     assert "static_graph" in verdict.fix
 
 
 def test_lightning_unused_parameters(tmp_path: Path) -> None:
-    assert top(run(tmp_path, {"fit.log": LIGHTNING_UNUSED})).cause_id == "wrong.unused_parameters"
+    assert (
+        top(analyze_files(tmp_path, {"fit.log": LIGHTNING_UNUSED})).cause_id
+        == "wrong.unused_parameters"
+    )
 
 
 def test_find_unused_performance_warning_is_not_a_failure(tmp_path: Path) -> None:
-    report = run(tmp_path, {"train.log": FIND_UNUSED_WARNING + "\n" + HEALTHY})
+    report = analyze_files(tmp_path, {"train.log": FIND_UNUSED_WARNING + "\n" + HEALTHY})
     assert "wrong.unused_parameters" not in [h.cause_id for h in report.hypotheses]
 
 
@@ -733,7 +719,7 @@ def test_find_unused_performance_warning_is_not_a_failure(tmp_path: Path) -> Non
 
 
 def test_anomaly_mode_names_the_op_and_the_line(tmp_path: Path) -> None:
-    verdict = top(run(tmp_path, {"train.log": ANOMALY}))
+    verdict = top(analyze_files(tmp_path, {"train.log": ANOMALY}))
     assert verdict.cause_id == "wrong.nan"
     assert "SqrtBackward0" in verdict.title
     assert verdict.location is not None and verdict.location.line == 5
@@ -743,7 +729,7 @@ def test_anomaly_mode_names_the_op_and_the_line(tmp_path: Path) -> None:
     "text", [CLIP, DETECTRON, DEEPSPEED_SCALE, MEGATRON_NAN, TORCHVISION_NAN, OPENNMT_NAN]
 )
 def test_nan_variants(tmp_path: Path, text: str) -> None:
-    verdict = top(run(tmp_path, {"train.log": text}))
+    verdict = top(analyze_files(tmp_path, {"train.log": text}))
     assert verdict.cause_id == "wrong.nan"
     assert verdict.confidence >= 0.7
 
@@ -753,19 +739,19 @@ def test_nan_on_one_rank_first_names_that_rank(tmp_path: Path) -> None:
     lines += ["[rank3]: step 130 | loss nan | grad_norm nan | lr 3.000e-04"]
     lines += [HEALTHY.replace("rank0", f"rank{r}") for r in range(3)] * 10
     lines += [f"[rank{r}]: step 131 | loss: nan" for r in range(4)]
-    verdict = top(run(tmp_path, {"console.log": "\n".join(lines)}))
+    verdict = top(analyze_files(tmp_path, {"console.log": "\n".join(lines)}))
     assert verdict.cause_id == "wrong.nan"
     assert verdict.ranks == [3]
     assert "First seen on rank 3" in verdict.summary
 
 
 def test_megatron_check_names_its_rank(tmp_path: Path) -> None:
-    verdict = top(run(tmp_path, {"train.log": MEGATRON_NAN}))
+    verdict = top(analyze_files(tmp_path, {"train.log": MEGATRON_NAN}))
     assert verdict.ranks == [11]
 
 
 def test_fp16_scaler_backing_off_and_healthy_losses_are_not_nan(tmp_path: Path) -> None:
-    report = run(tmp_path, {"train.log": f"{HEALTHY}\n{FP16_SCALE_DOWN}\n{HEALTHY}"})
+    report = analyze_files(tmp_path, {"train.log": f"{HEALTHY}\n{FP16_SCALE_DOWN}\n{HEALTHY}"})
     assert "wrong.nan" not in [h.cause_id for h in report.hypotheses]
 
 
@@ -773,7 +759,9 @@ def test_fp16_scaler_backing_off_and_healthy_losses_are_not_nan(tmp_path: Path) 
 
 
 def test_config_playbook_runs_config_rules_only_on_logs(tmp_path: Path) -> None:
-    report = run(tmp_path, {"console.log": LAUNCH_HYPHEN + MESH_TOO_BIG}, symptom="config")
+    report = analyze_files(
+        tmp_path, {"console.log": LAUNCH_HYPHEN + MESH_TOO_BIG}, symptom="config"
+    )
     assert report.playbook == "config"
     causes = [h.cause_id for h in report.hypotheses]
     assert causes[:2] == ["config.launcher_args", "config.world_size_mismatch"]

@@ -21,15 +21,9 @@ import psutil
 import pytest
 
 from triage.engine import triage
-from triage.environment_facts import (
-    EnvironmentFacts,
-    Gpu,
-    IbPort,
-    Interface,
-    MasterCheck,
-    select_interfaces,
-)
+from triage.environment_facts import select_interfaces
 from triage.models import Evidence, Finding
+from triage.observations import EnvironmentFacts, Gpu, IbPort, Interface, MasterCheck
 from triage.playbooks import get_playbook
 from triage.registry import REGISTRY
 from triage.rulebook import RULES, EvidenceSet
@@ -202,6 +196,7 @@ def test_misconfigured_job_through_the_config_playbook(spawn) -> None:
     assert "MASTER_PORT" in by_cause["config.env_missing"].title
     override = by_cause["comm.nccl_env_override"]
     assert override.ranks == [2] and override.confidence == 0.6
+    assert "NCCL_PROTO: Simple on rank 0-1; <unset> on rank 2." in override.summary
     assert report.hypotheses[0].cause_id in (
         "config.world_size_mismatch",
         "config.device_assignment",

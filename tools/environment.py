@@ -27,19 +27,9 @@ from typing import Any, TypeVar
 
 import psutil
 
-from triage.environment_facts import (
-    EnvironmentFacts,
-    Gpu,
-    GpuProcess,
-    IbPort,
-    Interface,
-    MasterCheck,
-    differing,
-    is_secret,
-    select_interfaces,
-    who,
-)
+from triage.environment_facts import differing, is_secret, select_interfaces, spread
 from triage.models import Evidence, Gap
+from triage.observations import EnvironmentFacts, Gpu, GpuProcess, IbPort, Interface, MasterCheck
 from triage.registry import ToolError, ToolOutput, tool
 from triage.signatures.nccl import is_virtual_interface
 from triage.text import bound_text
@@ -476,8 +466,8 @@ def check_environment(pids: list[int] | None = None) -> ToolOutput:
     evidence = [_rank_evidence(f) for f in ranks] + [_host_evidence(host_facts, ranks)]
     lines = [e.summary for e in evidence]
     for name, values in differing(ranks).items():
-        spread = "; ".join(f"{value!r} on {who(holders)}" for value, holders in values.items())
-        lines.append(f"differs across ranks: {name}: {spread}")
+        quoted = {repr(value): holders for value, holders in values.items()}
+        lines.append(f"differs across ranks: {name}: {spread(quoted)}")
     return ToolOutput(evidence=evidence, gaps=gaps, text="\n".join(lines))
 
 

@@ -26,18 +26,11 @@ from typing import Any
 
 from triage.logscan import file_origin
 from triage.models import Evidence, Gap
-from triage.observations import Frame
+from triage.observations import AllocationSite, Frame, GrowthPoint, MemoryDump, MemoryGrowth
 from triage.registry import ToolError, ToolOutput, tool
 from triage.safe_pickle import MAX_PICKLE_BYTES, UntrustedPickleError, read_bounded
 from triage.safe_pickle import load_untrusted as _load_pickle
-from triage.signatures.memory import (
-    AllocationSite,
-    GrowthPoint,
-    MemoryDump,
-    MemoryGrowth,
-    format_size,
-    user_frame,
-)
+from triage.signatures.memory import format_size, user_frame
 
 MAX_JSON_BYTES = 256 << 20
 PEEK = 64 << 10

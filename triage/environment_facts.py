@@ -1,11 +1,12 @@
-"""The `environment` evidence payload: what a rank's environment and this host provide.
+"""What the tool and the rules share about `environment` evidence, beyond its payload.
 
-`check_environment` (tools/environment.py) writes one item per rank (its variables,
-limits and library versions, read from /proc) and one for the host (interfaces,
-/dev/shm, InfiniBand ports, the master's reachability, GPUs). Rules compare them: a
-socket interface that does not exist, two ranks on one GPU, ranks that disagree on
-WORLD_SIZE. The matching of NCCL's interface lists lives here so the tool's summary
-and the rules agree on what a setting selects.
+`check_environment` (tools/environment.py) writes one EnvironmentFacts item per rank
+(its variables, limits and library versions, read from /proc) and one for the host
+(interfaces, /dev/shm, InfiniBand ports, the master's reachability, GPUs); the payload
+is typed in triage/observations.py. Rules compare them: a socket interface that does
+not exist, two ranks on one GPU, ranks that disagree on WORLD_SIZE. The matching of
+NCCL's interface lists and the comparison of variables across ranks live here so the
+tool's summary and the rules agree on what a setting selects and what differs.
 """
 
 from __future__ import annotations
@@ -13,14 +14,17 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
-
-from pydantic import Field
 
 from triage.models import Evidence
-from triage.observations import Payload
+from triage.observations import EnvironmentFacts
 from triage.rulebook import EvidenceSet
 from triage.text import format_ranks
+
+#: A rank's (or the host's) environment evidence with its payload.
+Item = tuple[Evidence, EnvironmentFacts]
+
+#: A problem among one job's ranks: confidence, what is wrong, the ranks that show it.
+Problem = tuple[float, str, list[Item]]
 
 #: Variables that are meant to differ between ranks; every other difference is suspect.
 PER_RANK = frozenset(
@@ -53,108 +57,6 @@ _SECRET = re.compile(
 def is_secret(name: str) -> bool:
     """Variables whose values must never leave the host (tokens, keys, passwords)."""
     return bool(_SECRET.search(name))
-
-
-class Interface(Payload):
-    """A network interface of the host as the kernel reports it."""
-
-    name: str
-    addresses: list[str] = Field(default_factory=list, description="IPv4/IPv6 addresses.")
-    up: bool | None = None
-    mtu: int | None = None
-    loopback: bool = False
-    virtual: bool = Field(default=False, description="docker0, br-*, veth*, virbr*: host-local.")
-
-
-class IbPort(Payload):
-    """One InfiniBand/RoCE port from /sys/class/infiniband."""
-
-    device: str
-    port: int
-    state: str = Field(description="ACTIVE, DOWN, INIT, ...")
-    link_layer: str | None = Field(default=None, description="InfiniBand or Ethernet (RoCE).")
-
-
-class MasterCheck(Payload):
-    """Whether MASTER_ADDR:MASTER_PORT accepts a TCP connection (connect only, no data)."""
-
-    address: str
-    port: int
-    status: Literal["reachable", "refused", "timeout", "unresolvable", "unreachable", "error"]
-    detail: str = ""
-
-
-class Gpu(Payload):
-    """A GPU as nvidia-smi lists it."""
-
-    index: int
-    name: str = ""
-    bus_id: str = ""
-    memory_used_mib: int | None = None
-    memory_total_mib: int | None = None
-
-
-class GpuProcess(Payload):
-    """A process holding GPU memory, as nvidia-smi lists it."""
-
-    pid: int
-    bus_id: str = ""
-    used_mib: int | None = None
-    name: str = ""
-
-
-class EnvironmentFacts(Payload):
-    """One rank's environment (scope 'rank') or this host's facts (scope 'host')."""
-
-    scope: Literal["rank", "host"]
-    host: str
-    pid: int | None = None
-    rank: int | None = None
-    local_rank: int | None = None
-    world_size: int | None = None
-    local_world_size: int | None = None
-    variables: dict[str, str] = Field(
-        default_factory=dict,
-        description="Launcher, NCCL_*, TORCH_*, CUDA_*, GLOO_* variables; secrets redacted.",
-    )
-    redacted: list[str] = Field(
-        default_factory=list, description="Variables whose value was hidden."
-    )
-    memlock_bytes: int | None = Field(
-        default=None, description="Soft RLIMIT_MEMLOCK in bytes; None when unlimited or unknown."
-    )
-    memlock_unlimited: bool | None = None
-    torch_version: str | None = None
-    nccl_version: str | None = None
-    interfaces: list[Interface] = Field(
-        default_factory=list,
-        description="Host: its interfaces. Rank: those of its own network namespace, only when "
-        "it differs from the host's (a container network).",
-    )
-    shm_total_bytes: int | None = Field(
-        default=None, description="/dev/shm as this rank (or the host) sees it."
-    )
-    shm_free_bytes: int | None = None
-    ib_ports: list[IbPort] = Field(default_factory=list)
-    masters: list[MasterCheck] = Field(default_factory=list)
-    gpus: list[Gpu] | None = Field(default=None, description="None: nvidia-smi not available.")
-    gpu_processes: list[GpuProcess] = Field(default_factory=list)
-    topology: str | None = Field(default=None, description="`nvidia-smi topo -m`, bounded.")
-
-    def visible_devices(self) -> list[str] | None:
-        """CUDA_VISIBLE_DEVICES as a list; None when unset (every GPU is visible)."""
-        value = self.variables.get("CUDA_VISIBLE_DEVICES")
-        if value is None:
-            return None
-        return [d.strip() for d in value.split(",") if d.strip()]
-
-    def job_key(self) -> str | None:
-        """Ranks with the same key belong to one job: torchelastic run id, else the master."""
-        run = self.variables.get("TORCHELASTIC_RUN_ID")
-        if run:
-            return f"run:{run}"
-        addr, port = self.variables.get("MASTER_ADDR"), self.variables.get("MASTER_PORT")
-        return f"{addr}:{port}" if addr and port else None
 
 
 def select_interfaces(spec: str, names: Iterable[str], *, exact_only: bool = False) -> list[str]:
@@ -201,12 +103,12 @@ def differing(facts: Iterable[EnvironmentFacts]) -> dict[str, dict[str, list[Env
 class EnvironmentView:
     """The environment evidence of one triage: each rank's facts and the host's."""
 
-    ranks: list[tuple[Evidence, EnvironmentFacts]]
-    host: tuple[Evidence, EnvironmentFacts] | None
+    ranks: list[Item]
+    host: Item | None
 
-    def jobs(self) -> list[list[tuple[Evidence, EnvironmentFacts]]]:
+    def jobs(self) -> list[list[Item]]:
         """Ranks grouped by job (run id or master); ranks with no key join the largest job."""
-        groups: dict[str | None, list[tuple[Evidence, EnvironmentFacts]]] = {}
+        groups: dict[str | None, list[Item]] = {}
         for item in self.ranks:
             groups.setdefault(item[1].job_key(), []).append(item)
         loose = groups.pop(None, [])
@@ -247,11 +149,34 @@ def environment_view(evidence: EvidenceSet) -> EnvironmentView:
     return evidence.derived("environment_view", build)
 
 
+def ranks_of(facts: Iterable[EnvironmentFacts]) -> list[int]:
+    return sorted({f.rank for f in facts if f.rank is not None})
+
+
 def who(facts: Iterable[EnvironmentFacts]) -> str:
     """'rank 0-3' or 'pid 1234' for a summary."""
     items = list(facts)
-    ranks = sorted({f.rank for f in items if f.rank is not None})
+    ranks = ranks_of(items)
     if ranks:
         return f"rank {format_ranks(ranks)}"
     pids = sorted({f.pid for f in items if f.pid is not None})
     return "pid " + ",".join(map(str, pids)) if pids else "this host"
+
+
+def spread(values: dict[str, list[EnvironmentFacts]]) -> str:
+    """Which ranks hold which value: '2.5.1 on rank 0-2; 2.4.0 on rank 3'."""
+    return "; ".join(f"{value} on {who(holders)}" for value, holders in values.items())
+
+
+def odd_ones(values: dict[str, list[EnvironmentFacts]]) -> list[int]:
+    """The ranks holding the rarest value: the ones to look at when ranks disagree."""
+    rarest = min(values.values(), key=len)
+    return ranks_of(rarest)
+
+
+def worst(found: list[Problem]) -> tuple[float, str, str, list[int]]:
+    """A job's most confident problem (the first of equals): its confidence, its title, a
+    summary that names the other problems too, and the ranks that show it."""
+    confidence, what, culprits = max(found, key=lambda f: f[0])
+    others = "; ".join(w for _, w, _ in found if w != what)
+    return confidence, what, f"{what}. {others}", ranks_of(f for _, f in culprits)

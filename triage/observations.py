@@ -1,14 +1,18 @@
 """Typed payloads of the evidence kinds that tools produce and rules read.
 
-Tools and rules never import each other; they meet here. An Evidence item of kind
-`process` carries a `RankProcess` in `data`, kind `stack` a `RankState`, kind
-`missing_rank` a `MissingRank`.
+Tools and rules never import each other; they meet here. Each Evidence item carries
+the payload of its kind in `data`:
+
+- `process`: RankProcess, `missing_rank`: MissingRank, `stack`: RankState (live ranks)
+- `log_signal`: LogSignal, `traceback`: TracebackRecord, `log_file`: LogFile (logs)
+- `environment`: EnvironmentFacts (a rank's environment or this host's facts)
+- `memory_dump`: MemoryDump, `memory_growth`: MemoryGrowth (CUDA memory dumps)
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -17,6 +21,9 @@ from triage.models import Contract, Location
 
 class Payload(Contract):
     """Base of evidence payloads: strict like every contract."""
+
+
+# --- live ranks: processes and their stacks --------------------------------------------
 
 
 class RankProcess(Payload):
@@ -118,6 +125,9 @@ class RankState(Payload):
         return what
 
 
+# --- logs: failure signatures, tracebacks, the files read ------------------------------
+
+
 class LogSignal(Payload):
     """A log line matching a known failure signature, attributed to a rank where the log shows it."""
 
@@ -168,3 +178,179 @@ class LogFile(Payload):
     lines: int | None = Field(default=None, description="Lines read; None when streamed by anchor.")
     streamed: bool = Field(default=False, description="Too big to read whole: scanned by anchors.")
     truncated_hits: int = Field(default=0, description="Matches dropped to bound memory.")
+
+
+# --- environment: a rank's variables and limits, this host's facts ---------------------
+
+
+class Interface(Payload):
+    """A network interface of the host as the kernel reports it."""
+
+    name: str
+    addresses: list[str] = Field(default_factory=list, description="IPv4/IPv6 addresses.")
+    up: bool | None = None
+    mtu: int | None = None
+    loopback: bool = False
+    virtual: bool = Field(default=False, description="docker0, br-*, veth*, virbr*: host-local.")
+
+
+class IbPort(Payload):
+    """One InfiniBand/RoCE port from /sys/class/infiniband."""
+
+    device: str
+    port: int
+    state: str = Field(description="ACTIVE, DOWN, INIT, ...")
+    link_layer: str | None = Field(default=None, description="InfiniBand or Ethernet (RoCE).")
+
+
+class MasterCheck(Payload):
+    """Whether MASTER_ADDR:MASTER_PORT accepts a TCP connection (connect only, no data)."""
+
+    address: str
+    port: int
+    status: Literal["reachable", "refused", "timeout", "unresolvable", "unreachable", "error"]
+    detail: str = ""
+
+
+class Gpu(Payload):
+    """A GPU as nvidia-smi lists it."""
+
+    index: int
+    name: str = ""
+    bus_id: str = ""
+    memory_used_mib: int | None = None
+    memory_total_mib: int | None = None
+
+
+class GpuProcess(Payload):
+    """A process holding GPU memory, as nvidia-smi lists it."""
+
+    pid: int
+    bus_id: str = ""
+    used_mib: int | None = None
+    name: str = ""
+
+
+class EnvironmentFacts(Payload):
+    """One rank's environment (scope 'rank') or this host's facts (scope 'host')."""
+
+    scope: Literal["rank", "host"]
+    host: str
+    pid: int | None = None
+    rank: int | None = None
+    local_rank: int | None = None
+    world_size: int | None = None
+    local_world_size: int | None = None
+    variables: dict[str, str] = Field(
+        default_factory=dict,
+        description="Launcher, NCCL_*, TORCH_*, CUDA_*, GLOO_* variables; secrets redacted.",
+    )
+    redacted: list[str] = Field(
+        default_factory=list, description="Variables whose value was hidden."
+    )
+    memlock_bytes: int | None = Field(
+        default=None, description="Soft RLIMIT_MEMLOCK in bytes; None when unlimited or unknown."
+    )
+    memlock_unlimited: bool | None = None
+    torch_version: str | None = None
+    nccl_version: str | None = None
+    interfaces: list[Interface] = Field(
+        default_factory=list,
+        description="Host: its interfaces. Rank: those of its own network namespace, only when "
+        "it differs from the host's (a container network).",
+    )
+    shm_total_bytes: int | None = Field(
+        default=None, description="/dev/shm as this rank (or the host) sees it."
+    )
+    shm_free_bytes: int | None = None
+    ib_ports: list[IbPort] = Field(default_factory=list)
+    masters: list[MasterCheck] = Field(default_factory=list)
+    gpus: list[Gpu] | None = Field(default=None, description="None: nvidia-smi not available.")
+    gpu_processes: list[GpuProcess] = Field(default_factory=list)
+    topology: str | None = Field(default=None, description="`nvidia-smi topo -m`, bounded.")
+
+    def visible_devices(self) -> list[str] | None:
+        """CUDA_VISIBLE_DEVICES as a list; None when unset (every GPU is visible)."""
+        value = self.variables.get("CUDA_VISIBLE_DEVICES")
+        if value is None:
+            return None
+        return [d.strip() for d in value.split(",") if d.strip()]
+
+    def job_key(self) -> str | None:
+        """Ranks with the same key belong to one job: torchelastic run id, else the master."""
+        run = self.variables.get("TORCHELASTIC_RUN_ID")
+        if run:
+            return f"run:{run}"
+        addr, port = self.variables.get("MASTER_ADDR"), self.variables.get("MASTER_PORT")
+        return f"{addr}:{port}" if addr and port else None
+
+
+# --- memory dumps: CUDA snapshots and memory_stats() -----------------------------------
+
+
+class AllocationSite(Payload):
+    """Bytes held by allocations made from one user line."""
+
+    frame: Frame
+    bytes: int
+    count: int = 0
+
+
+class MemoryDump(Payload):
+    """One device's memory as a snapshot or a memory_stats dump saw it; sizes in bytes."""
+
+    path: str
+    format: str = Field(description="'snapshot' (torch.cuda.memory._snapshot) or 'memory_stats'.")
+    label: str = Field(default="", description="Entry within the file: device, step or key.")
+    rank: int | None = None
+    device: int | None = None
+    allocated: int | None = None
+    reserved: int | None = None
+    active: int | None = None
+    inactive: int | None = Field(default=None, description="Reserved but not allocated.")
+    inactive_split: int | None = Field(
+        default=None, description="Free bytes inside segments that also hold live blocks."
+    )
+    largest_free_block: int | None = None
+    peak_allocated: int | None = None
+    peak_reserved: int | None = None
+    segments: int | None = None
+    num_ooms: int | None = None
+    num_alloc_retries: int | None = None
+    oom_requested: int | None = Field(default=None, description="Size of the request that failed.")
+    oom_device_free: int | None = Field(default=None, description="Free on the device at the OOM.")
+    oom_frames: list[Frame] = Field(
+        default_factory=list, description="Where the failed request came from, innermost first."
+    )
+    top_sites: list[AllocationSite] = Field(
+        default_factory=list, description="Live allocations grouped by user line, largest first."
+    )
+    trace_growth: int | None = Field(
+        default=None, description="Rise of the memory floor across the recorded allocation trace."
+    )
+    unfreed_sites: list[AllocationSite] = Field(
+        default_factory=list, description="Allocations of the trace never freed, by user line."
+    )
+    expandable_segments: bool | None = None
+
+
+class GrowthPoint(Payload):
+    """One dump of a series: its label and the memory it shows."""
+
+    label: str
+    allocated: int | None = None
+    reserved: int | None = None
+
+
+class MemoryGrowth(Payload):
+    """One device's memory across several dumps in order: a leak grows, a working set does not."""
+
+    rank: int | None = None
+    device: int | None = None
+    points: list[GrowthPoint]
+    growth: int = Field(description="Allocated bytes, last minus first.")
+    monotonic: bool
+    growing_sites: list[AllocationSite] = Field(
+        default_factory=list, description="User lines whose live bytes grew most, first to last."
+    )
+    paths: list[str] = Field(default_factory=list)

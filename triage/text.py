@@ -14,6 +14,11 @@ def bound_text(text: str, limit: int = MAX_OUTPUT_CHARS) -> str:
     return f"{text[:half]}\n[... {omitted} characters omitted ...]\n{text[-half:]}"
 
 
+def rank_label(ranks: list[int]) -> str:
+    """'rank 2' or 'ranks 1,3'."""
+    return ("rank " if len(ranks) == 1 else "ranks ") + format_ranks(ranks)
+
+
 def format_ranks(ranks: list[int] | set[int]) -> str:
     """Compress rank lists the way people write them: [0,1,2,3,7] -> '0-3,7'."""
     ordered = sorted(set(ranks))

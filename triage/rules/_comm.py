@@ -12,11 +12,9 @@ from typing import TypeVar
 from triage.models import Evidence, Location
 from triage.observations import LogSignal, TracebackRecord
 from triage.rulebook import EvidenceSet
-from triage.rules._logs import signals, tracebacks
-from triage.text import format_ranks
+from triage.rules._logs import Signal, signals, tracebacks
 
 P = TypeVar("P", LogSignal, TracebackRecord)
-Signal = tuple[Evidence, LogSignal]
 Traceback = tuple[Evidence, TracebackRecord]
 
 #: NCCL_DEBUG=INFO lines that describe the setup, not a failure.
@@ -378,19 +376,6 @@ def _merge(found: list[Origin]) -> list[Origin]:
         if kept.traceback is None and origin.traceback is not None:
             kept.traceback, kept.what = origin.traceback, origin.what
     return sorted(merged.values(), key=lambda o: (not o.first, o.traceback is None, o.rank or 0))
-
-
-def label(ranks: list[int]) -> str:
-    """'rank 2' or 'ranks 1,3'."""
-    return ("rank " if len(ranks) == 1 else "ranks ") + format_ranks(ranks)
-
-
-def ranks_in(items: Iterable[Signal]) -> list[int]:
-    return sorted({s.rank for _, s in items if s.rank is not None})
-
-
-def ids(items: Iterable[Signal], limit: int = 8) -> list[str]:
-    return [e.id for e, _ in items][:limit]
 
 
 def quote(items: list[Signal], limit: int = 160) -> str:

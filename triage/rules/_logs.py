@@ -1,4 +1,5 @@
-"""Views of log evidence that many rules share: signals by name, tracebacks, origin ranks."""
+"""Views of log evidence that many rules share: signals by name, tracebacks, origin ranks,
+and the choice among the explanations a rule weighs."""
 
 from __future__ import annotations
 
@@ -8,8 +9,13 @@ from triage.models import Evidence
 from triage.observations import LogSignal, TracebackRecord
 from triage.rulebook import EvidenceSet
 
+Signal = tuple[Evidence, LogSignal]
 
-def signals(evidence: EvidenceSet, *names: str) -> list[tuple[Evidence, LogSignal]]:
+#: One explanation a rule weighs: confidence, what went wrong, the signals that show it, the fix.
+Found = tuple[float, str, list[Signal], str]
+
+
+def signals(evidence: EvidenceSet, *names: str) -> list[Signal]:
     """Signals whose signature is one of `names` (all signals when none are given)."""
     found = evidence.payloads("log_signal", LogSignal)
     wanted = set(names)
@@ -30,3 +36,9 @@ def ranks_of(items: Iterable[LogSignal | TracebackRecord]) -> list[int]:
 
 def ids(items: Iterable[tuple[Evidence, object]]) -> list[str]:
     return [e.id for e, _ in items]
+
+
+def strongest(found: list[Found]) -> tuple[Found, list[Signal]]:
+    """The most confident explanation (the first of equals), and the signals of all of them
+    to cite: the weaker explanations still support the finding."""
+    return max(found, key=lambda f: f[0]), [item for _, _, items, _ in found for item in items]

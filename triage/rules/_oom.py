@@ -14,17 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from triage.models import Evidence, Location
-from triage.observations import Frame, LogSignal, TracebackRecord
+from triage.observations import Frame, LogSignal, MemoryDump, MemoryGrowth, TracebackRecord
 from triage.rulebook import EvidenceSet
 from triage.rules._logs import signals, tracebacks
-from triage.signatures.memory import (
-    CUDA_OOM_SIGNALS,
-    HOST_OOM_SIGNALS,
-    MemoryDump,
-    MemoryGrowth,
-    format_size,
-)
-from triage.text import format_ranks
+from triage.signatures.memory import CUDA_OOM_SIGNALS, HOST_OOM_SIGNALS, format_size
+from triage.text import rank_label
 
 GiB = 2**30
 MiB = 2**20
@@ -231,6 +225,42 @@ class HostEvent:
 
 
 @dataclass
+class Judged:
+    """The OOM a rule explains best, and every OOM it explains nearly as well (the culprits)."""
+
+    confidence: float
+    why: str
+    event: OomEvent
+    culprits: list[OomEvent]
+
+    @property
+    def location(self) -> Location | None:
+        return self.event.location or first_location(self.culprits)
+
+
+def judge(scored: Iterable[tuple[float, str, OomEvent]]) -> Judged | None:
+    """The best-explained OOM (the first of equals) and those within 0.15 of it."""
+    items = list(scored)
+    if not items:
+        return None
+    confidence, why, event = max(items, key=lambda s: s[0])
+    culprits = [e for c, _, e in items if c >= confidence - 0.15]
+    return Judged(confidence, why, event, culprits)
+
+
+#: One explanation an OOM rule weighs: confidence, summary, culprit ranks, user line, evidence.
+Scored = tuple[float, str, list[int], Location | None, list[str]]
+
+
+def strongest(candidates: list[Scored], *extra: str) -> tuple[Scored, list[str]]:
+    """The most confident explanation (the first of equals) and the evidence to cite: its
+    own, then `extra`, then what the weaker explanations saw (16 at most)."""
+    best = max(candidates, key=lambda c: c[0])
+    own = best[4] + list(extra)
+    return best, (own + [i for c in candidates for i in c[4] if i not in own])[:16]
+
+
+@dataclass
 class OomView:
     gpu: list[OomEvent]
     host: list[HostEvent]
@@ -246,10 +276,13 @@ class OomView:
         if not ranks and len({e.who() for e in events}) == 1:
             return events[0].who()
         if ranks:
-            return (
-                f"rank {format_ranks(ranks)}" if len(ranks) == 1 else f"ranks {format_ranks(ranks)}"
-            )
+            return rank_label(ranks)
         return "the process" if len(events) == 1 else f"{len(events)} processes"
+
+    def ran_out(self, judged: Judged, during: str = "") -> str:
+        """A summary's opening: who ran out of GPU memory, at which user line, and why."""
+        who = self.label(judged.culprits).capitalize()
+        return f"{who} ran out of GPU memory{judged.event.where()}{during}: {judged.why}."
 
 
 def oom_view(evidence: EvidenceSet) -> OomView:

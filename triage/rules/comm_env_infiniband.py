@@ -6,8 +6,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from triage.environment_facts import EnvironmentFacts, environment_view, select_interfaces, who
+from triage.environment_facts import environment_view, ranks_of, select_interfaces, who
 from triage.models import Finding
+from triage.observations import EnvironmentFacts
 from triage.rulebook import EvidenceSet, rule
 
 LOW_MEMLOCK = 1 << 30
@@ -105,7 +106,7 @@ def _finding(
         cause_id="comm.infiniband",
         title=what,
         summary=f"{what}.",
-        ranks=sorted(f.rank for f in holders if f.rank is not None),
+        ranks=ranks_of(holders),
         confidence=confidence,
         evidence=evidence_ids,
         fix=fix,

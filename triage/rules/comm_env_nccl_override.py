@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from triage.environment_facts import differing, environment_view, who
+from triage.environment_facts import differing, environment_view, odd_ones, spread, who
 from triage.models import Finding
 from triage.rulebook import EvidenceSet, rule
 
@@ -79,17 +79,13 @@ def nccl_env_override(evidence: EvidenceSet) -> Iterator[Finding]:
     }
     if differ:
         name, values = next(iter(differ.items()))
-        spread = "; ".join(
-            f"{value} on rank {','.join(map(str, r))}" for value, r in values.items()
-        )
-        minority = min(values.values(), key=len)
         yield Finding(
             rule_id="env.nccl_env_override",
             cause_id="comm.nccl_env_override",
             title=f"{', '.join(differ)} differ between ranks",
-            summary=f"NCCL settings differ between ranks: {name}: {spread}. NCCL expects the same "
-            "settings on every rank of a communicator.",
-            ranks=sorted(f.rank for f in minority if f.rank is not None),
+            summary=f"NCCL settings differ between ranks: {name}: {spread(values)}. NCCL expects "
+            "the same settings on every rank of a communicator.",
+            ranks=odd_ones(values),
             confidence=0.6,
             evidence=ids,
             fix="Give every rank the same NCCL_* environment (one launch script / image for all "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from triage.environment_facts import environment_view
+from triage.environment_facts import environment_view, ranks_of
 from triage.models import Finding
 from triage.rulebook import EvidenceSet, rule
 
@@ -70,7 +70,7 @@ def shm_exhausted(evidence: EvidenceSet) -> Iterator[Finding]:
         title=f"/dev/shm on {host.host} is {'nearly full' if full else 'small'} ({state}){ranks}",
         summary=f"/dev/shm on {host.host} has {state}{ranks}; NCCL's shared-memory transport and "
         "DataLoader workers need far more (containers default to 64 MB).",
-        ranks=sorted(f.rank for _, f in view.ranks if f.rank is not None),
+        ranks=ranks_of(f for _, f in view.ranks),
         confidence=confidence,
         evidence=[host_evidence.id] + [e.id for e, _ in view.ranks],
         fix="Enlarge /dev/shm (docker --shm-size=16g or --ipc=host; a Memory emptyDir at /dev/shm on "

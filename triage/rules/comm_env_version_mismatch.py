@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from triage.environment_facts import EnvironmentFacts, environment_view, who
+from triage.environment_facts import environment_view, odd_ones, spread
 from triage.models import Finding
+from triage.observations import EnvironmentFacts
 from triage.rulebook import EvidenceSet, rule
 
 
@@ -37,19 +38,17 @@ def version_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     view = environment_view(evidence)
     facts = [f for _, f in view.ranks]
     for library, versions in (
-        ("torch", _spread(facts, "torch")),
-        ("NCCL", _spread(facts, "nccl")),
+        ("torch", _versions(facts, "torch")),
+        ("NCCL", _versions(facts, "nccl")),
     ):
         if len(versions) < 2:
             continue
-        minority = min(versions.values(), key=len)
-        spread = "; ".join(f"{v} on {who(holders)}" for v, holders in versions.items())
         yield Finding(
             rule_id="env.version_mismatch",
             cause_id="comm.version_mismatch",
             title=f"ranks load different {library} versions",
-            summary=f"Ranks load different {library} versions: {spread}.",
-            ranks=sorted(f.rank for f in minority if f.rank is not None),
+            summary=f"Ranks load different {library} versions: {spread(versions)}.",
+            ranks=odd_ones(versions),
             confidence=0.7,
             evidence=[e.id for e, _ in view.ranks],
             fix="Run every rank from the same environment (image, venv); remove LD_LIBRARY_PATH "
@@ -59,7 +58,7 @@ def version_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
         )
 
 
-def _spread(facts: list[EnvironmentFacts], library: str) -> dict[str, list[EnvironmentFacts]]:
+def _versions(facts: list[EnvironmentFacts], library: str) -> dict[str, list[EnvironmentFacts]]:
     out: dict[str, list[EnvironmentFacts]] = {}
     for f in facts:
         version = f.torch_version if library == "torch" else f.nccl_version

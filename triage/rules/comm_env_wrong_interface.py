@@ -5,14 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from triage.environment_facts import (
-    EnvironmentFacts,
-    Interface,
-    environment_view,
-    select_interfaces,
-    who,
-)
-from triage.models import Evidence, Finding
+from triage.environment_facts import Item, environment_view, ranks_of, select_interfaces, who
+from triage.models import Finding
+from triage.observations import EnvironmentFacts, Interface
 from triage.rulebook import EvidenceSet, rule
 
 #: variable -> whether it takes exact names (gloo) rather than NCCL's prefixes
@@ -60,7 +55,7 @@ def wrong_interface(evidence: EvidenceSet) -> Iterator[Finding]:
     sources = view.ranks or [view.host]
     multi_host = view.multi_host()
     for variable, exact in _VARIABLES.items():
-        by_setting: dict[tuple[str, tuple[str, ...]], list[tuple[Evidence, EnvironmentFacts]]] = {}
+        by_setting: dict[tuple[str, tuple[str, ...]], list[Item]] = {}
         for item in sources:
             value = item[1].variables.get(variable)
             if value is not None:
@@ -72,7 +67,6 @@ def wrong_interface(evidence: EvidenceSet) -> Iterator[Finding]:
                 continue
             confidence, problem = verdict
             holders = [f for _, f in pairs]
-            ranks = sorted(f.rank for f in holders if f.rank is not None)
             where = "its container's network" if pairs[0][1].interfaces else host.host
             yield Finding(
                 rule_id="env.wrong_interface",
@@ -80,7 +74,7 @@ def wrong_interface(evidence: EvidenceSet) -> Iterator[Finding]:
                 title=f"{variable}={value} {problem}",
                 summary=f"{who(holders)} set {variable}={value}, which {problem} on {where} "
                 f"(interfaces: {', '.join(names) or 'none'}).",
-                ranks=ranks,
+                ranks=ranks_of(holders),
                 confidence=confidence,
                 evidence=list(dict.fromkeys([e.id for e, _ in pairs] + [host_evidence.id])),
                 fix=f"Set {variable} to the interface that carries this host's routable address "

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.rulebook import EvidenceSet, rule
-from triage.rules._comm import CommView, Signal, comm_view, ids, quote, ranks_in
+from triage.rules._comm import CommView, comm_view, quote
+from triage.rules._logs import Found, ids, ranks_of, strongest
 from triage.text import format_ranks
 
 _SETUP = re.compile(r"init_process_group|ProcessGroup|all_reduce|barrier|NCCL")
@@ -67,9 +68,8 @@ def infiniband(evidence: EvidenceSet) -> Iterator[Finding]:
     found = _findings(view)
     if not found:
         return
-    confidence, what, items, fix = max(found, key=lambda f: f[0])
-    every = [item for _, _, group, _ in found for item in group]
-    ranks = ranks_in(items)
+    (confidence, what, items, fix), every = strongest(found)
+    ranks = ranks_of(s for _, s in items)
     hcas = sorted({h for _, s in view.of("nccl.ib_devices") for h in s.fields.get("hcas", [])})
     used = f" NCCL used {', '.join(hcas[:6])}." if hcas else ""
     yield Finding(
@@ -80,13 +80,10 @@ def infiniband(evidence: EvidenceSet) -> Iterator[Finding]:
         ranks=ranks,
         location=view.location(ranks, _SETUP),
         confidence=confidence,
-        evidence=ids(every),
+        evidence=ids(every)[:8],
         fix=fix,
         confirm="NCCL_IB_DISABLE=1 (sockets) makes the job run, and `ib_write_bw` between the hosts fails",
     )
-
-
-Found = tuple[float, str, list[Signal], str]
 
 
 def _findings(view: CommView) -> list[Found]:

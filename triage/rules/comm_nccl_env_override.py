@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.rulebook import EvidenceSet, rule
-from triage.rules._comm import comm_view, ids
+from triage.rules._comm import comm_view
+from triage.rules._logs import ids
 
 #: Variables that take a decision away from NCCL's topology detection.
 FORCING = frozenset(
@@ -100,7 +101,7 @@ def nccl_env_override(evidence: EvidenceSet) -> Iterator[Finding]:
         ),
         ranks=[],
         confidence=confidence,
-        evidence=ids(forced),
+        evidence=ids(forced)[:8],
         fix=(
             f"Unset {', '.join(sorted({str(s.fields['variable']) for _, s in forced})[:6])} "
             "and rerun; if the job then works, re-add them one at a time to find the one that "

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.rulebook import EvidenceSet, rule
-from triage.rules._comm import comm_view, ids, quote, ranks_in
+from triage.rules._comm import comm_view, quote
+from triage.rules._logs import ids, ranks_of
 from triage.text import format_ranks
 
 _SETUP = re.compile(r"init_process_group|ProcessGroup|all_reduce|barrier|NCCL|peer access")
@@ -60,7 +61,7 @@ def p2p_unsupported(evidence: EvidenceSet) -> Iterator[Finding]:
     ) in ("LOC", "0")
     iommu = view.of("nccl.iommu")
     if explicit:
-        ranks = ranks_in(explicit)
+        ranks = ranks_of(s for _, s in explicit)
         who = f" (rank {format_ranks(ranks)})" if ranks else ""
         yield Finding(
             rule_id="logs.p2p_unsupported",
@@ -70,7 +71,7 @@ def p2p_unsupported(evidence: EvidenceSet) -> Iterator[Finding]:
             ranks=ranks,
             location=view.location(ranks, _SETUP),
             confidence=0.85,
-            evidence=ids(explicit + iommu),
+            evidence=ids(explicit + iommu)[:8],
             fix=_FIX,
             confirm="NCCL_P2P_DISABLE=1 makes the job run",
         )
@@ -92,7 +93,7 @@ def p2p_unsupported(evidence: EvidenceSet) -> Iterator[Finding]:
         confidence += 0.1
     host = next(iter(view.hosts), None)
     on = f" on {host}" if host else " on one host"
-    ranks = ranks_in(view.of("nccl.init"))
+    ranks = ranks_of(s for _, s in view.of("nccl.init"))
     yield Finding(
         rule_id="logs.p2p_unsupported",
         cause_id="comm.p2p_unsupported",
@@ -106,7 +107,7 @@ def p2p_unsupported(evidence: EvidenceSet) -> Iterator[Finding]:
         ranks=[],
         location=view.location(ranks),
         confidence=round(confidence, 2),
-        evidence=ids(setup[-6:] + iommu),
+        evidence=ids(setup[-6:] + iommu)[:8],
         fix=_FIX,
         confirm="NCCL_P2P_DISABLE=1 makes the job run, or p2pBandwidthLatencyTest fails",
     )

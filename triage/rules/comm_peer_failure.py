@@ -6,7 +6,8 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.rulebook import EvidenceSet, rule
-from triage.rules._comm import comm_view, label
+from triage.rules._comm import comm_view
+from triage.text import rank_label
 
 
 @rule("logs.peer_failure", "comm.peer_failure")
@@ -49,7 +50,7 @@ def peer_failure(evidence: EvidenceSet) -> Iterator[Finding]:
         return
     witness_ranks = sorted(r for r in view.witnesses if r is not None)
     witness_ids = [i for ids in view.witnesses.values() for i in ids]
-    seen = label(witness_ranks) if witness_ranks else "the logs"
+    seen = rank_label(witness_ranks) if witness_ranks else "the logs"
     origins = view.origins
     if not origins:
         yield Finding(
@@ -74,7 +75,7 @@ def peer_failure(evidence: EvidenceSet) -> Iterator[Finding]:
         return
     culprits = sorted({o.rank for o in origins if o.rank is not None})
     lead = origins[0]
-    who = label(culprits) if culprits else "a process without a rank prefix"
+    who = rank_label(culprits) if culprits else "a process without a rank prefix"
     where = f" at {lead.location}" if lead.location else ""
     # An exit code or signal alone is also what the OOM and hang rules read, with more to say.
     confidence = 0.65 if lead.traceback is not None else 0.5

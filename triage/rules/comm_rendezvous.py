@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.rulebook import EvidenceSet, rule
-from triage.rules._comm import CommView, Signal, comm_view, ids, quote, ranks_in
+from triage.rules._comm import CommView, comm_view, quote
+from triage.rules._logs import Found, Signal, ids, ranks_of, strongest
 from triage.text import format_ranks
 
 _SETUP = re.compile(
@@ -71,9 +72,8 @@ def rendezvous(evidence: EvidenceSet) -> Iterator[Finding]:
     found = _findings(view)
     if not found:
         return
-    confidence, what, items, fix = max(found, key=lambda f: f[0])
-    every = [item for _, _, group, _ in found for item in group]
-    ranks = ranks_in(items)
+    (confidence, what, items, fix), every = strongest(found)
+    ranks = ranks_of(s for _, s in items)
     who = f" (rank {format_ranks(ranks)})" if ranks else ""
     yield Finding(
         rule_id="logs.rendezvous",
@@ -83,7 +83,7 @@ def rendezvous(evidence: EvidenceSet) -> Iterator[Finding]:
         ranks=ranks,
         location=view.location(ranks, _SETUP),
         confidence=confidence,
-        evidence=ids(every) + view.traceback_ids(ranks, _SETUP),
+        evidence=ids(every)[:8] + view.traceback_ids(ranks, _SETUP),
         fix=fix,
         confirm=(
             "`ss -ltnp` on the store host shows the port held by another process"
@@ -91,9 +91,6 @@ def rendezvous(evidence: EvidenceSet) -> Iterator[Finding]:
             else "`nc -zv MASTER_ADDR MASTER_PORT` from a worker host fails"
         ),
     )
-
-
-Found = tuple[float, str, list[Signal], str]
 
 
 def _findings(view: CommView) -> list[Found]:

@@ -7,11 +7,22 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.rulebook import EvidenceSet, rule
-from triage.rules._comm import Signal, comm_view, ids, label, quote, ranks_in
+from triage.rules._comm import comm_view, quote
+from triage.rules._logs import Found, ids, ranks_of, strongest
+from triage.text import rank_label
 
 _NO_SPACE = re.compile(r"No space left|shm\)|Bus error|bus error|out of shared memory")
 _FD_LIMIT = re.compile(r"Too many open files")
 _SHM_TEXT = re.compile(r"shared memory|/dev/shm|shm|init_process_group|all_reduce|barrier")
+_FIX = (
+    "Enlarge /dev/shm (docker --shm-size=16g or --ipc=host; a Memory emptyDir at /dev/shm on "
+    "Kubernetes) and clear stale /dev/shm/nccl-* files; NCCL_SHM_DISABLE=1 works around it for "
+    "NCCL, fewer DataLoader workers for data loading."
+)
+_FIX_FD = (
+    "Raise the open-file limit (`ulimit -n`) or use "
+    '`torch.multiprocessing.set_sharing_strategy("file_system")`.'
+)
 
 
 @rule("logs.shm_exhausted", "comm.shm_exhausted")
@@ -59,38 +70,48 @@ def shm_exhausted(evidence: EvidenceSet) -> Iterator[Finding]:
         for e, s in view.of("elastic.child_failed", "elastic.process_signal")
         if s.fields.get("signal") == "SIGBUS"
     ]
-    found: list[tuple[float, str, list[Signal]]] = []
+    found: list[Found] = []
     if nccl:
         attach_only = all(
             s.fields.get("op") == "attaching to" and not _NO_SPACE.search(s.text) for _, s in nccl
         )
         found.append(
-            (0.7 if attach_only else 0.9, "NCCL could not create its shared-memory segment", nccl)
+            (
+                0.7 if attach_only else 0.9,
+                "NCCL could not create its shared-memory segment",
+                nccl,
+                _FIX,
+            )
         )
     if workers:
-        found.append((0.85, "DataLoader workers died of a bus error in /dev/shm", workers))
+        found.append((0.85, "DataLoader workers died of a bus error in /dev/shm", workers, _FIX))
     if files:
         no_space = [(e, s) for e, s in files if _NO_SPACE.search(s.text)]
         fd_limit = [(e, s) for e, s in files if _FD_LIMIT.search(s.text)]
         if no_space:
-            found.append((0.85, "torch could not write a shared-memory tensor file", no_space))
+            found.append(
+                (0.85, "torch could not write a shared-memory tensor file", no_space, _FIX)
+            )
         elif fd_limit:
             found.append(
-                (0.5, "torch ran out of file descriptors for shared-memory tensors", fd_limit)
+                (
+                    0.5,
+                    "torch ran out of file descriptors for shared-memory tensors",
+                    fd_limit,
+                    _FIX_FD,
+                )
             )
         else:
-            found.append((0.6, "torch could not map a shared-memory tensor file", files))
+            found.append((0.6, "torch could not map a shared-memory tensor file", files, _FIX))
     if sigbus and not found:
         found.append(
-            (0.5, "a rank was killed by SIGBUS (an mmap of /dev/shm past its size)", sigbus)
+            (0.5, "a rank was killed by SIGBUS (an mmap of /dev/shm past its size)", sigbus, _FIX)
         )
     if not found:
         return
-    confidence, what, items = max(found, key=lambda f: f[0])
-    every = [item for _, _, group in found for item in group]
-    ranks = ranks_in(every)
-    who = label(ranks) if ranks else "the job"
-    descriptor_only = "file descriptors" in what
+    (confidence, what, items, fix), every = strongest(found)
+    ranks = ranks_of(s for _, s in every)
+    who = rank_label(ranks) if ranks else "the job"
     yield Finding(
         rule_id="logs.shm_exhausted",
         cause_id="comm.shm_exhausted",
@@ -99,14 +120,7 @@ def shm_exhausted(evidence: EvidenceSet) -> Iterator[Finding]:
         ranks=ranks,
         location=view.location(ranks, _SHM_TEXT),
         confidence=confidence,
-        evidence=ids(every),
-        fix=(
-            "Raise the open-file limit (`ulimit -n`) or use "
-            '`torch.multiprocessing.set_sharing_strategy("file_system")`.'
-            if descriptor_only
-            else "Enlarge /dev/shm (docker --shm-size=16g or --ipc=host; a Memory emptyDir at "
-            "/dev/shm on Kubernetes) and clear stale /dev/shm/nccl-* files; NCCL_SHM_DISABLE=1 "
-            "works around it for NCCL, fewer DataLoader workers for data loading."
-        ),
+        evidence=ids(every)[:8],
+        fix=fix,
         confirm=f"`df -h /dev/shm` on {who}'s host shows it full or only 64 MB",
     )

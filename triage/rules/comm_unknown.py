@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.rulebook import EvidenceSet, rule
-from triage.rules._comm import PEER_TEXT, SPECIFIC, TIMEOUT_TEXT, comm_view, quote, ranks_in
+from triage.rules._comm import PEER_TEXT, SPECIFIC, TIMEOUT_TEXT, comm_view, quote
+from triage.rules._logs import ranks_of
 from triage.text import format_ranks
 
 _COMM_ERROR = re.compile(r"NCCL error|NCCL Error|nccl\w*Error|[Gg]loo|ProcessGroupNCCL")
@@ -61,7 +62,7 @@ def comm_unknown(evidence: EvidenceSet) -> Iterator[Finding]:
     if not errors and not tbs:
         return
     kinds = sorted({str(s.fields["kind"]) for _, s in errors if s.fields.get("kind")})
-    ranks = sorted(set(ranks_in(errors)) | {t.rank for _, t in tbs if t.rank is not None})
+    ranks = ranks_of([s for _, s in errors] + [t for _, t in tbs])
     said = f" NCCL's last warning: `{quote(warns[-1:])}`." if warns else ""
     what = f"NCCL {', '.join(kinds)} error" if kinds else "a communication error"
     who = f" on rank {format_ranks(ranks)}" if ranks else ""

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.rulebook import EvidenceSet, rule
-from triage.rules._comm import CommView, Signal, comm_view, ids, quote, ranks_in
+from triage.rules._comm import CommView, comm_view, quote
+from triage.rules._logs import Found, Signal, ids, ranks_of, strongest
 
 _IMPORT = re.compile(r"import|undefined symbol|driver|CUDA|init_process_group|NCCL")
 
@@ -48,9 +49,8 @@ def version_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     found = _findings(view)
     if not found:
         return
-    confidence, what, items, fix = max(found, key=lambda f: f[0])
-    every = [item for _, _, group, _ in found for item in group]
-    ranks = ranks_in(items)
+    (confidence, what, items, fix), every = strongest(found)
+    ranks = ranks_of(s for _, s in items)
     yield Finding(
         rule_id="logs.version_mismatch",
         cause_id="comm.version_mismatch",
@@ -59,13 +59,11 @@ def version_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
         ranks=ranks,
         location=view.location(ranks, _IMPORT),
         confidence=confidence,
-        evidence=ids(every),
+        evidence=ids(every)[:8],
         fix=fix,
         confirm="torch.__version__, torch.version.cuda and torch.cuda.nccl.version() differ between hosts",
     )
 
-
-Found = tuple[float, str, list[Signal], str]
 
 _SAME_ENV = (
     'Use one image/environment on every node and check each with `python -c "import torch; '
@@ -113,7 +111,7 @@ def _findings(view: CommView) -> list[Found]:
 
 
 def _owners(items: list[Signal]) -> str:
-    ranks = ranks_in(items)
+    ranks = ranks_of(s for _, s in items)
     if ranks:
         return "rank " + ",".join(map(str, ranks[:6]))
     hosts = sorted({s.host for _, s in items if s.host})

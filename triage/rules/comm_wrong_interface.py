@@ -8,7 +8,8 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.rulebook import EvidenceSet, rule
-from triage.rules._comm import CommView, Signal, comm_view, ids, quote, ranks_in
+from triage.rules._comm import CommView, comm_view, quote
+from triage.rules._logs import Found, ids, ranks_of, strongest
 from triage.text import format_ranks
 
 _SETUP = re.compile(r"init_process_group|ProcessGroup|new_group|barrier|all_reduce|NCCL|gloo")
@@ -55,9 +56,8 @@ def wrong_interface(evidence: EvidenceSet) -> Iterator[Finding]:
     found = _findings(view)
     if not found:
         return
-    confidence, what, items, fix = max(found, key=lambda f: f[0])
-    every = [item for _, _, group, _ in found for item in group]
-    ranks = ranks_in(items)
+    (confidence, what, items, fix), every = strongest(found)
+    ranks = ranks_of(s for _, s in items)
     yield Finding(
         rule_id="logs.wrong_interface",
         cause_id="comm.wrong_interface",
@@ -66,7 +66,7 @@ def wrong_interface(evidence: EvidenceSet) -> Iterator[Finding]:
         ranks=ranks,
         location=view.location(ranks, _SETUP),
         confidence=confidence,
-        evidence=ids(every),
+        evidence=ids(every)[:8],
         fix=fix,
         confirm=(
             "the interface the rank uses (Bootstrap/NET/Socket lines) is not the one holding "
@@ -74,8 +74,6 @@ def wrong_interface(evidence: EvidenceSet) -> Iterator[Finding]:
         ),
     )
 
-
-Found = tuple[float, str, list[Signal], str]
 
 _IFNAME_FIX = (
     "Set {var} to an interface that exists on every host and carries their routable "

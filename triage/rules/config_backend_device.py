@@ -6,13 +6,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from triage.models import Evidence, Finding
-from triage.observations import LogSignal
+from triage.models import Finding
 from triage.rulebook import EvidenceSet, rule
 from triage.rules._comm import comm_view
-from triage.rules._logs import ids, ranks_of, signals
+from triage.rules._logs import Found, ids, ranks_of, signals, strongest
 
-Signal = tuple[Evidence, LogSignal]
 _TEXT = re.compile(r"backend|Backend|does not support|ProcessGroup|CUDA|device|ReduceOp|nccl")
 
 _FIX_DEVICE = (
@@ -65,7 +63,7 @@ def backend_device(evidence: EvidenceSet) -> Iterator[Finding]:
     torch.distributed docs, "Backends" (the op/device support table) and
     init_process_group's `backend` argument.
     """
-    found: list[tuple[float, str, list[Signal], str]] = []
+    found: list[Found] = []
     unavailable = signals(evidence, "setup.backend_unavailable")
     if unavailable:
         found.append(
@@ -100,9 +98,8 @@ def backend_device(evidence: EvidenceSet) -> Iterator[Finding]:
         found.append((0.86, f"the backend does not support {op}", ops, _FIX_OP))
     if not found:
         return
-    confidence, what, items, fix = max(found, key=lambda f: f[0])
+    (confidence, what, items, fix), every = strongest(found)
     ranks = ranks_of(s for _, s in items)
-    every = [item for _, _, group, _ in found for item in group]
     yield Finding(
         rule_id="logs.backend_device",
         cause_id="config.backend_device",

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from triage.environment_facts import EnvironmentFacts, EnvironmentView, environment_view, who
-from triage.models import Evidence, Finding
+from triage.environment_facts import EnvironmentView, Item, Problem, environment_view, who, worst
+from triage.models import Finding
 from triage.rulebook import EvidenceSet, rule
 
-Item = tuple[Evidence, EnvironmentFacts]
 _FIX = (
     "Give each local rank its own GPU: leave CUDA_VISIBLE_DEVICES the same for all ranks of a "
     "node (listing at least --nproc-per-node GPUs) and call torch.cuda.set_device(LOCAL_RANK), "
@@ -55,13 +54,13 @@ def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
         found = _problems(job, view)
         if not found:
             continue
-        confidence, what, culprits = max(found, key=lambda f: f[0])
+        confidence, what, summary, ranks = worst(found)
         yield Finding(
             rule_id="env.device_assignment",
             cause_id="config.device_assignment",
             title=what,
-            summary=f"{what}. " + "; ".join(w for _, w, _ in found if w != what),
-            ranks=sorted({f.rank for _, f in culprits if f.rank is not None}),
+            summary=summary,
+            ranks=ranks,
             confidence=confidence,
             evidence=[e.id for e, _ in job] + ([view.host[0].id] if view.host else []),
             fix=_FIX,
@@ -70,8 +69,8 @@ def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
         )
 
 
-def _problems(job: list[Item], view: EnvironmentView) -> list[tuple[float, str, list[Item]]]:
-    found: list[tuple[float, str, list[Item]]] = []
+def _problems(job: list[Item], view: EnvironmentView) -> list[Problem]:
+    found: list[Problem] = []
     host_gpus = len(view.host[1].gpus) if view.host and view.host[1].gpus is not None else None
     physical: dict[str, list[Item]] = {}
     past: list[Item] = []

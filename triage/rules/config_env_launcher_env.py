@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from triage.environment_facts import EnvironmentFacts, environment_view, who
-from triage.models import Evidence, Finding
+from triage.environment_facts import Item, environment_view, odd_ones, ranks_of, spread, who
+from triage.models import Finding
 from triage.rulebook import EvidenceSet, rule
 
 #: What init_process_group's default env:// method reads.
@@ -57,7 +57,7 @@ def env_missing(evidence: EvidenceSet) -> Iterator[Finding]:
             summary=f"{who(holders)} {'has' if len(holders) == 1 else 'have'} part of the env:// "
             f"variables but not {', '.join(missing)}; init_process_group's default env:// "
             "initialization needs RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT.",
-            ranks=sorted(f.rank for f in holders if f.rank is not None),
+            ranks=ranks_of(holders),
             confidence=0.6,
             evidence=[e.id for e, _, _ in partial],
             fix="Export RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT for every rank (torchrun does), "
@@ -65,7 +65,7 @@ def env_missing(evidence: EvidenceSet) -> Iterator[Finding]:
             confirm="the rank fails with `environment variable ... expected, but not set` or waits "
             "forever in init_process_group",
         )
-    runs: dict[str, dict[str, list[tuple[Evidence, EnvironmentFacts]]]] = {}
+    runs: dict[str, dict[str, list[Item]]] = {}
     for e, f in view.ranks:
         run, addr, port = (
             f.variables.get(n) for n in ("TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT")
@@ -75,15 +75,14 @@ def env_missing(evidence: EvidenceSet) -> Iterator[Finding]:
     for run, by_master in runs.items():
         if len(by_master) < 2:
             continue
-        minority = min(by_master.values(), key=len)
-        spread = "; ".join(f"{m} on {who(f for _, f in items)}" for m, items in by_master.items())
+        masters = {m: [f for _, f in items] for m, items in by_master.items()}
         yield Finding(
             rule_id="env.env_missing",
             cause_id="config.env_missing",
             title=f"ranks of run {run} disagree on the master",
-            summary=f"Ranks of torchelastic run {run} point at different masters: {spread}; "
-            "they cannot meet in one process group.",
-            ranks=sorted(f.rank for _, f in minority if f.rank is not None),
+            summary=f"Ranks of torchelastic run {run} point at different masters: "
+            f"{spread(masters)}; they cannot meet in one process group.",
+            ranks=odd_ones(masters),
             confidence=0.7,
             evidence=[e.id for items in by_master.values() for e, _ in items],
             fix="Launch every node with the same --rdzv-endpoint / --master-addr and --master-port.",

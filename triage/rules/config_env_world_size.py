@@ -6,11 +6,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 
-from triage.environment_facts import EnvironmentFacts, environment_view, who
-from triage.models import Evidence, Finding
+from triage.environment_facts import Item, Problem, environment_view, who, worst
+from triage.models import Finding
 from triage.rulebook import EvidenceSet, rule
 
-Item = tuple[Evidence, EnvironmentFacts]
 _FIX = (
     "Launch every process of the job with the same WORLD_SIZE and a distinct RANK in "
     "[0, WORLD_SIZE): one launcher invocation per node with the same --nnodes and "
@@ -50,13 +49,13 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
         found = _problems(job)
         if not found:
             continue
-        confidence, what, culprits = max(found, key=lambda f: f[0])
+        confidence, what, summary, ranks = worst(found)
         yield Finding(
             rule_id="env.world_size_mismatch",
             cause_id="config.world_size_mismatch",
             title=what,
-            summary=f"{what}. " + "; ".join(w for _, w, _ in found if w != what),
-            ranks=sorted({f.rank for _, f in culprits if f.rank is not None}),
+            summary=summary,
+            ranks=ranks,
             confidence=confidence,
             evidence=[e.id for e, _ in job],
             fix=_FIX,
@@ -65,8 +64,8 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
         )
 
 
-def _problems(job: list[Item]) -> list[tuple[float, str, list[Item]]]:
-    found: list[tuple[float, str, list[Item]]] = []
+def _problems(job: list[Item]) -> list[Problem]:
+    found: list[Problem] = []
     worlds = Counter(f.world_size for _, f in job if f.world_size is not None)
     if len(worlds) > 1:
         common = worlds.most_common(1)[0][0]

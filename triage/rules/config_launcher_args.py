@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from triage.models import Evidence, Finding, Location
+from triage.models import Finding, Location
 from triage.observations import LogSignal
 from triage.rulebook import EvidenceSet, rule
-from triage.rules._logs import ids, ranks_of, signals
+from triage.rules._logs import Signal, ids, ranks_of, signals
 from triage.text import format_ranks
 
 _ARGPARSE = (
@@ -132,11 +132,11 @@ def _script(signal: LogSignal) -> Location | None:
     return Location(file=str(prog)) if prog else None
 
 
-def _exit_note(exits: list[tuple[Evidence, LogSignal]]) -> str:
+def _exit_note(exits: list[Signal]) -> str:
     return " Workers exited with code 2, argparse's usage error." if exits else ""
 
 
-def _launch_note(deprecated: list[tuple[Evidence, LogSignal]]) -> str:
+def _launch_note(deprecated: list[Signal]) -> str:
     return (
         " The job uses torch.distributed.launch, which appends --local-rank=N to the script's arguments."
         if deprecated

@@ -6,13 +6,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from triage.models import Evidence, Finding
-from triage.observations import LogSignal
+from triage.models import Finding
 from triage.rulebook import EvidenceSet, rule
 from triage.rules._comm import comm_view
-from triage.rules._logs import ids, ranks_of, signals
+from triage.rules._logs import Found, ids, ranks_of, signals, strongest
 
-Signal = tuple[Evidence, LogSignal]
 _TEXT = re.compile(r"[Mm]esh|world[ _]?size|WORLD_SIZE|divisible|out of range|interval|rank")
 
 #: signature -> (confidence, what went wrong)
@@ -70,7 +68,7 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     torch.distributed.device_mesh (init_device_mesh); torch.utils.data.DistributedSampler;
     torchrun --nnodes/--nproc-per-node.
     """
-    found: list[tuple[float, str, list[Signal], str]] = []
+    found: list[Found] = []
     for name, (confidence, what) in _KINDS.items():
         items = signals(evidence, name)
         if items:
@@ -99,9 +97,8 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
         )
     if not found:
         return
-    confidence, what, items, fix = max(found, key=lambda f: f[0])
+    (confidence, what, items, fix), every = strongest(found)
     ranks = ranks_of(s for _, s in items)
-    every = [item for _, _, group, _ in found for item in group]
     yield Finding(
         rule_id="logs.world_size_mismatch",
         cause_id="config.world_size_mismatch",

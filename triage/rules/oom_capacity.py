@@ -5,18 +5,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from triage.models import Evidence, Finding, Location
+from triage.observations import MemoryDump
 from triage.rulebook import EvidenceSet, rule
 from triage.rules._oom import (
     OomEvent,
     collective_frame,
     evidence_of,
-    first_location,
     fragmented,
     held_by_others,
+    judge,
     oom_view,
     phase,
 )
-from triage.signatures.memory import MemoryDump, format_size
+from triage.signatures.memory import format_size
 
 FIX = (
     "Shrink the per-GPU working set: a smaller micro-batch with gradient accumulation, "
@@ -104,28 +105,23 @@ def capacity(evidence: EvidenceSet) -> Iterator[Finding]:
     https://pytorch.org/docs/stable/torch_cuda_memory.html
     """
     view = oom_view(evidence)
-    scored = [(*_score(event), event) for event in view.gpu]
-    best_log = max(scored, key=lambda item: item[0], default=None)
+    best_log = judge((*_score(event), event) for event in view.gpu)
     dump_finding = _from_dumps(view.dumps)
     if best_log is None and dump_finding is None:
         return
-    if dump_finding is not None and (best_log is None or dump_finding[0] > best_log[0]):
+    if dump_finding is not None and (best_log is None or dump_finding[0] > best_log.confidence):
         confidence, summary, location, ids, ranks = dump_finding
     elif best_log is not None:
-        confidence, why, event = best_log
-        culprits = [e for c, _, e in scored if c >= confidence - 0.15]
-        ranks = view.ranks(culprits)
-        location = event.location or first_location(culprits)
+        confidence, event = best_log.confidence, best_log.event
+        ranks = view.ranks(best_log.culprits)
+        location = best_log.location
         stage = phase(event.frames)
         during = f" during {stage}" if stage else ""
         if stage and confidence >= 0.7 and collective_frame(event.frames) is None:
             confidence += 0.05  # a training phase at the peak: the usual shape of a too-big step
         numbers = event.numbers.describe()
-        summary = (
-            f"{view.label(culprits).capitalize()} ran out of GPU memory{event.where()}{during}: "
-            f"{why}." + (f" Numbers: {numbers}." if numbers else "")
-        )
-        ids = evidence_of(culprits)
+        summary = view.ran_out(best_log, during) + (f" Numbers: {numbers}." if numbers else "")
+        ids = evidence_of(best_log.culprits)
         if dump_finding is not None:
             ids += dump_finding[3]
     else:

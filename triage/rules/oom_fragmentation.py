@@ -4,10 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from triage.models import Evidence, Finding, Location
+from triage.models import Evidence, Finding
+from triage.observations import MemoryDump
 from triage.rulebook import EvidenceSet, rule
-from triage.rules._oom import GiB, OomEvent, evidence_of, first_location, fragmented, oom_view
-from triage.signatures.memory import MemoryDump, format_size
+from triage.rules._oom import (
+    GiB,
+    OomEvent,
+    Scored,
+    evidence_of,
+    fragmented,
+    judge,
+    oom_view,
+    strongest,
+)
+from triage.signatures.memory import format_size
 
 FIX = (
     "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (torch >= 2.1; before that "
@@ -20,8 +30,6 @@ CONFIRM = (
     "failed request while the largest one is smaller, or the OOM message's 'reserved but "
     "unallocated' is at least the request"
 )
-
-Scored = tuple[float, str, list[int], Location | None, list[str]]
 
 
 def _score(event: OomEvent) -> tuple[float, str] | None:
@@ -73,24 +81,17 @@ def fragmentation(evidence: EvidenceSet) -> Iterator[Finding]:
     """
     view = oom_view(evidence)
     candidates: list[Scored] = []
-    scored = [(found, event) for event in view.gpu if (found := _score(event)) is not None]
-    if scored:
-        best = max(found[0] for found, _ in scored)
-        culprits = [event for found, event in scored if found[0] >= best - 0.15]
-        (confidence, why), event = max(scored, key=lambda item: item[0][0])
-        summary = (
-            f"{view.label(culprits).capitalize()} ran out of GPU memory{event.where()}: {why}. "
-            f"Numbers: {event.numbers.describe()}."
-        )
-        location = event.location or first_location(culprits)
+    best = judge((*found, event) for event in view.gpu if (found := _score(event)) is not None)
+    if best is not None:
+        summary = f"{view.ran_out(best)} Numbers: {best.event.numbers.describe()}."
+        culprits = best.culprits
         candidates.append(
-            (confidence, summary, view.ranks(culprits), location, evidence_of(culprits))
+            (best.confidence, summary, view.ranks(culprits), best.location, evidence_of(culprits))
         )
     candidates += [hit for ev, dump in view.dumps if (hit := _from_dump(ev, dump))]
     if not candidates:
         return
-    confidence, summary, ranks, location, ids = max(candidates, key=lambda c: c[0])
-    others = [i for c in candidates for i in c[4] if i not in ids]
+    (confidence, summary, ranks, location, _), cited = strongest(candidates)
     yield Finding(
         rule_id="memory.fragmentation",
         cause_id="oom.fragmentation",
@@ -99,7 +100,7 @@ def fragmentation(evidence: EvidenceSet) -> Iterator[Finding]:
         ranks=ranks,
         location=location,
         confidence=round(confidence, 3),
-        evidence=(ids + others)[:16],
+        evidence=cited,
         fix=FIX,
         confirm=CONFIRM,
     )

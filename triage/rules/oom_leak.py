@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from triage.models import Finding, Location
+from triage.models import Finding
 from triage.rulebook import EvidenceSet, rule
-from triage.rules._oom import MiB, evidence_of, oom_view
+from triage.rules._oom import MiB, Scored, evidence_of, oom_view, strongest
 from triage.signatures.memory import format_size
 
 FIX = (
@@ -19,8 +19,6 @@ CONFIRM = (
     "allocated memory measured at the same point of several steps (memory_stats per step, or "
     "snapshots of one rank) rises every step at the same user line"
 )
-
-Scored = tuple[float, str, list[int], Location | None, list[str]]
 
 
 def _from_growth(evidence: EvidenceSet) -> list[Scored]:
@@ -101,12 +99,10 @@ def leak(evidence: EvidenceSet) -> Iterator[Finding]:
     candidates = _from_growth(evidence) + _from_traces(evidence)
     if not candidates:
         return
-    confidence, summary, ranks, location, ids = max(candidates, key=lambda c: c[0])
-    view = oom_view(evidence)
-    if view.gpu:
-        summary += f" The OOM itself: {view.gpu[0].text[:200]}"
-        ids += evidence_of(view.gpu[:1])
-    others = [i for c in candidates for i in c[4] if i not in ids]
+    gpu = oom_view(evidence).gpu
+    (confidence, summary, ranks, location, _), cited = strongest(candidates, *evidence_of(gpu[:1]))
+    if gpu:
+        summary += f" The OOM itself: {gpu[0].text[:200]}"
     yield Finding(
         rule_id="memory.leak",
         cause_id="oom.leak",
@@ -115,7 +111,7 @@ def leak(evidence: EvidenceSet) -> Iterator[Finding]:
         ranks=ranks,
         location=location,
         confidence=round(confidence, 3),
-        evidence=(ids + others)[:16],
+        evidence=cited,
         fix=FIX,
         confirm=CONFIRM,
     )

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.rulebook import EvidenceSet, rule
-from triage.rules._oom import GiB, OomEvent, evidence_of, first_location, held_by_others, oom_view
+from triage.rules._oom import GiB, OomEvent, evidence_of, held_by_others, judge, oom_view
 from triage.signatures.memory import format_size
 
 FIX = (
@@ -80,22 +80,18 @@ def other_process(evidence: EvidenceSet) -> Iterator[Finding]:
     https://pytorch.org/docs/stable/notes/cuda.html#memory-management
     """
     view = oom_view(evidence)
-    scored = [(found, event) for event in view.gpu if (found := _score(event)) is not None]
-    if not scored:
+    best = judge((*found, event) for event in view.gpu if (found := _score(event)) is not None)
+    if best is None:
         return
-    (confidence, why), event = max(scored, key=lambda item: item[0][0])
-    culprits = [e for found, e in scored if found[0] >= confidence - 0.15]
     yield Finding(
         rule_id="memory.other_process",
         cause_id="oom.other_process",
         title="Memory on the GPU is held by another process",
-        summary=(
-            f"{view.label(culprits).capitalize()} ran out of GPU memory{event.where()}: {why}."
-        ),
-        ranks=view.ranks(culprits),
-        location=event.location or first_location(culprits),
-        confidence=round(confidence, 3),
-        evidence=evidence_of(culprits),
+        summary=view.ran_out(best),
+        ranks=view.ranks(best.culprits),
+        location=best.location,
+        confidence=round(best.confidence, 3),
+        evidence=evidence_of(best.culprits),
         fix=FIX,
         confirm=CONFIRM,
     )

@@ -5,17 +5,19 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterator
 
-from triage.models import Finding, Location
+from triage.models import Finding
 from triage.rulebook import EvidenceSet, rule
 from triage.rules._oom import (
     GiB,
     OomEvent,
     OomView,
+    Scored,
     evidence_of,
     first_location,
     in_setup,
     loads_checkpoint,
     oom_view,
+    strongest,
 )
 from triage.signatures.memory import format_size
 from triage.text import format_ranks
@@ -31,8 +33,6 @@ CONFIRM = (
     "nvidia-smi shows several of the job's processes on one GPU, or the OOM traceback passes "
     "through torch.load's restore_location (a checkpoint restored to the GPU it was saved from)"
 )
-
-Scored = tuple[float, str, list[int], Location | None, list[str]]
 
 
 def _held(event: OomEvent) -> int | None:
@@ -221,8 +221,7 @@ def same_device(evidence: EvidenceSet) -> Iterator[Finding]:
     ]
     if not candidates:
         return
-    confidence, summary, ranks, location, ids = max(candidates, key=lambda c: c[0])
-    others = [i for c in candidates for i in c[4] if i not in ids]
+    (confidence, summary, ranks, location, _), cited = strongest(candidates)
     yield Finding(
         rule_id="memory.same_device",
         cause_id="oom.same_device",
@@ -231,7 +230,7 @@ def same_device(evidence: EvidenceSet) -> Iterator[Finding]:
         ranks=ranks,
         location=location,
         confidence=round(confidence, 3),
-        evidence=(ids + others)[:16],
+        evidence=cited,
         fix=FIX,
         confirm=CONFIRM,
     )

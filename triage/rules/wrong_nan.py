@@ -5,14 +5,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from triage.models import Evidence, Finding
-from triage.observations import LogSignal
+from triage.models import Finding
 from triage.rulebook import EvidenceSet, rule
 from triage.rules._comm import comm_view
-from triage.rules._logs import ids, ranks_of, signals
+from triage.rules._logs import Signal, ids, ranks_of, signals
 from triage.text import format_ranks
 
-Signal = tuple[Evidence, LogSignal]
 SAME_STEP_LINES = 10
 _TEXT = re.compile(r"(?i)nan|inf|non-finite|FloatingPointError|loss scale")
 

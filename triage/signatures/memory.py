@@ -19,8 +19,9 @@ Host OOM leaves fewer words: the kernel's OOM killer, a SIGKILLed worker,
 `std::bad_alloc`, `MemoryError`, ENOMEM. Worker exits with -9 are the launcher's
 signatures (`elastic.*` in launcher.py); the rules read those, not copies here.
 
-The module also holds the typed facts `read_memory` gathers from memory snapshots
-and `torch.cuda.memory_stats()` dumps, so the tool and the rules share one schema.
+What `read_memory` gathers from memory snapshots and `torch.cuda.memory_stats()`
+dumps is typed in triage/observations.py (MemoryDump, MemoryGrowth); `user_frame`
+below picks the user line of a snapshot stack for the tool and the rules alike.
 """
 
 from __future__ import annotations
@@ -28,9 +29,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pydantic import Field
-
-from triage.observations import Frame, Payload
+from triage.observations import Frame
 from triage.signatures import parse_size, signature
 from triage.stacks import is_user_code
 
@@ -59,10 +58,6 @@ _SELF = re.compile(rf"this process has (?P<used>{SIZE}) memory in use")
 _PROCESS = re.compile(rf"Process (?P<pid>\d+) has (?P<used>{SIZE}) memory in use")
 
 
-def _size(text: str | None) -> int | None:
-    return parse_size(text)
-
-
 def format_size(size: int) -> str:
     """Bytes the way torch prints them in OOM messages: '962.69 MiB'."""
     if abs(size) < 1024:
@@ -87,25 +82,28 @@ def cuda_oom_numbers(line: str) -> dict[str, Any]:
         for key, part in _LEGACY_PARTS.items():
             found = part.search(rest)
             if found:
-                out[key] = _size(found["size"])
+                out[key] = parse_size(found["size"])
     capacity = _CAPACITY.search(line)
     if capacity:
         out["format"] = "2.x"
         out["device"] = int(capacity["device"])
-        out["capacity"], out["free"] = _size(capacity["capacity"]), _size(capacity["free"])
+        out["capacity"] = parse_size(capacity["capacity"])
+        out["free"] = parse_size(capacity["free"])
         allowed = _ALLOWED.search(line)
         if allowed:
-            out["allowed"] = _size(allowed["allowed"])
+            out["allowed"] = parse_size(allowed["allowed"])
     split = _SPLIT.search(line)
     if split:
-        out["allocated"] = _size(split["allocated"])
-        out["unallocated"] = _size(split["unallocated"])
+        out["allocated"] = parse_size(split["allocated"])
+        out["unallocated"] = parse_size(split["unallocated"])
         if split["private"]:
-            out["private_pools"] = _size(split["private"])
+            out["private_pools"] = parse_size(split["private"])
     own = _SELF.search(line)
     if own:
-        out["this_process"] = _size(own["used"])
-    processes = [{"pid": int(p["pid"]), "used": _size(p["used"])} for p in _PROCESS.finditer(line)]
+        out["this_process"] = parse_size(own["used"])
+    processes = [
+        {"pid": int(p["pid"]), "used": parse_size(p["used"])} for p in _PROCESS.finditer(line)
+    ]
     if processes:
         out["processes"] = processes
     allocated, reserved, unallocated = (
@@ -122,7 +120,7 @@ def cuda_oom_numbers(line: str) -> dict[str, Any]:
 
 def _cuda_oom(found: re.Match[str]) -> dict[str, Any]:
     out = cuda_oom_numbers(found.string)
-    requested = _size(found["requested_text"])
+    requested = parse_size(found["requested_text"])
     if requested is not None:
         out["requested"] = requested
     return out
@@ -197,7 +195,10 @@ signature(
     rf"Process (?P<process_pid>\d+) has (?P<used>{SIZE}) memory in use",
     anchors=" memory in use",
     summary="a process holds memory on the GPU that ran out (NVML's list in the OOM message)",
-    extract=lambda found: {"used": _size(found["used"]), "process_pid": int(found["process_pid"])},
+    extract=lambda found: {
+        "used": parse_size(found["used"]),
+        "process_pid": int(found["process_pid"]),
+    },
 )
 
 # --- the host --------------------------------------------------------------------------
@@ -322,75 +323,9 @@ HOST_OOM_SIGNALS = (
 )
 
 
-# --- facts from memory dumps (read_memory) ---------------------------------------------
+# --- stacks of memory dumps (read_memory) ----------------------------------------------
 
 
 def user_frame(frames: list[Frame]) -> Frame | None:
     """The innermost Python frame of user code in a snapshot stack (C++ frames skipped)."""
     return next((f for f in frames if f.file.endswith(".py") and is_user_code(f.file)), None)
-
-
-class AllocationSite(Payload):
-    """Bytes held by allocations made from one user line."""
-
-    frame: Frame
-    bytes: int
-    count: int = 0
-
-
-class MemoryDump(Payload):
-    """One device's memory as a snapshot or a memory_stats dump saw it; sizes in bytes."""
-
-    path: str
-    format: str = Field(description="'snapshot' (torch.cuda.memory._snapshot) or 'memory_stats'.")
-    label: str = Field(default="", description="Entry within the file: device, step or key.")
-    rank: int | None = None
-    device: int | None = None
-    allocated: int | None = None
-    reserved: int | None = None
-    active: int | None = None
-    inactive: int | None = Field(default=None, description="Reserved but not allocated.")
-    inactive_split: int | None = Field(
-        default=None, description="Free bytes inside segments that also hold live blocks."
-    )
-    largest_free_block: int | None = None
-    peak_allocated: int | None = None
-    peak_reserved: int | None = None
-    segments: int | None = None
-    num_ooms: int | None = None
-    num_alloc_retries: int | None = None
-    oom_requested: int | None = Field(default=None, description="Size of the request that failed.")
-    oom_device_free: int | None = Field(default=None, description="Free on the device at the OOM.")
-    oom_frames: list[Frame] = Field(
-        default_factory=list, description="Where the failed request came from, innermost first."
-    )
-    top_sites: list[AllocationSite] = Field(
-        default_factory=list, description="Live allocations grouped by user line, largest first."
-    )
-    trace_growth: int | None = Field(
-        default=None, description="Rise of the memory floor across the recorded allocation trace."
-    )
-    unfreed_sites: list[AllocationSite] = Field(
-        default_factory=list, description="Allocations of the trace never freed, by user line."
-    )
-    expandable_segments: bool | None = None
-
-
-class GrowthPoint(Payload):
-    label: str
-    allocated: int | None = None
-    reserved: int | None = None
-
-
-class MemoryGrowth(Payload):
-    """One device's memory across several dumps in order: a leak grows, a working set does not."""
-
-    rank: int | None = None
-    device: int | None = None
-    points: list[GrowthPoint]
-    growth: int = Field(description="Allocated bytes, last minus first.")
-    monotonic: bool
-    growing_sites: list[AllocationSite] = Field(
-        default_factory=list, description="User lines whose live bytes grew most, first to last."
-    )
-    paths: list[str] = Field(default_factory=list)
