@@ -41,7 +41,8 @@ def render_markdown(report: Report) -> str:
     if report.rank_groups:
         out += ["## Ranks by state", "", "| ranks | state | where |", "|---|---|---|"]
         for g in report.rank_groups:
-            who = format_ranks(g.ranks) if g.ranks else ", ".join(f"pid {p}" for p in g.pids)
+            live = [f"pid {p}" for p in g.pids if p > 0]  # stacks from logs have no live pid
+            who = format_ranks(g.ranks) if g.ranks else ", ".join(live) or "rank ?"
             out.append(f"| {who} | {g.state} | {f'`{g.location}`' if g.location else g.detail} |")
         out.append("")
     tree = merged_stacks(EvidenceSet(report.evidence))

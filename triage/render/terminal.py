@@ -53,8 +53,10 @@ def _groups(report: Report) -> RenderableType | None:
     table.add_column("where", overflow="fold")
     for group in report.rank_groups:
         who = format_ranks(group.ranks) if group.ranks else ""
-        if group.pids:
-            who = (who + " " if who else "") + "pid " + ",".join(map(str, group.pids[:4]))
+        pids = [p for p in group.pids if p > 0]  # stacks read from a log have no live pid
+        if pids:
+            who = (who + " " if who else "") + "pid " + ",".join(map(str, pids[:4]))
+        who = who or "rank ?"
         loc = group.location
         where = f"{short_path(loc.file)}:{loc.line}" if loc else group.detail
         table.add_row(who, group.state, where)
