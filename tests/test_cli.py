@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.conftest import triage_cli
 
@@ -68,3 +69,11 @@ def test_hang_markdown_report_for_a_ticket():
     done = run("hang", "--format", "markdown", "--pids", str(2**22 + 99))
     assert done.stdout.startswith("# triage hang report")
     assert "## Gaps" in done.stdout and "## Tool runs" in done.stdout
+
+
+def test_hang_from_logs_alone_names_the_rank_past_the_loop():
+    logs = Path(__file__).parent / "fixtures" / "logs" / "uneven_steps"
+    done = run("hang", "--json", "--logs", str(logs))
+    assert done.returncode == 0, done.stderr
+    top = json.loads(done.stdout)["hypotheses"][0]
+    assert (top["cause_id"], top["ranks"]) == ("hang.uneven_inputs", [2])

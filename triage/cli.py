@@ -117,17 +117,36 @@ def hang(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     fmt: Annotated[Format, typer.Option("--format", help="Report format.")] = Format.terminal,
     timeout: Annotated[float, typer.Option(help="Seconds per py-spy dump.")] = 10.0,
+    flight_recorder: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--flight-recorder", help="Folder or files of Flight Recorder dumps (repeatable)."
+        ),
+    ] = None,
+    logs: Annotated[
+        list[str] | None,
+        typer.Option("--logs", help="Rank logs, NCCL debug files or folders to read too."),
+    ] = None,
 ) -> None:
-    """Diagnose a hung job from its live rank processes (py-spy stacks of every rank)."""
+    """Diagnose a hung job from its live rank processes (py-spy stacks of every rank),
+    with its Flight Recorder dumps and logs when given."""
     from triage.engine import triage
     from triage.playbooks import get_playbook
 
     all_pids = _split_ints((pids or []) + (pid_args or []), "--pids")
-    if not all_pids and launcher_pid is None:
-        raise UsageError("give the job's processes: --pids PID... or --launcher-pid PID")
+    if not all_pids and launcher_pid is None and not (flight_recorder or logs):
+        raise UsageError(
+            "give the job's processes (--pids PID... or --launcher-pid PID)"
+            " or its evidence (--flight-recorder DIR, --logs PATH)"
+        )
     playbook = get_playbook("hang", _plugin_dirs)
     _load(playbook.causes)
-    targets: dict[str, Any] = {"pids": all_pids, "launcher_pid": launcher_pid, "timeout_s": timeout}
+    targets: dict[str, Any] = {
+        "pids": all_pids,
+        "launcher_pid": launcher_pid,
+        "timeout_s": timeout,
+        "paths": (flight_recorder or []) + (logs or []),
+    }
     report = triage(playbook, targets)
     emit(report, Format.json if as_json else fmt)
     if not report.evidence:
