@@ -332,6 +332,18 @@ def test_a_torch_layout_dump_with_code_in_its_header_is_refused(tmp_path: Path):
     assert findings(run)["hang.mismatched_collective"].ranks == [3]
 
 
+def test_when_no_dump_can_be_read_every_file_is_a_gap(tmp_path: Path):
+    good = load_untrusted(FIXTURES / "mismatched_collective" / "node07_rank0.pickle")
+    marker = tmp_path / "pwned"
+    evil = {**good, "pg_status": _Payload(marker)}
+    (tmp_path / "rank0.pickle").write_bytes(pickle.dumps(evil, protocol=2))
+    (tmp_path / "rank1.pickle").write_bytes(pickle.dumps(evil, protocol=4))
+    run = run_tool(flight_recorder_dir=str(tmp_path))
+    assert run.result.status == "no_data" and not run.evidence
+    assert sorted(Path(g.source).name for g in run.gaps) == ["rank0.pickle", "rank1.pickle"]
+    assert not marker.exists()
+
+
 def test_a_missing_rank_file_is_a_gap_and_a_rank_exited_lead(tmp_path: Path):
     folder = generated(tmp_path, "rank_exited")
     run = run_tool(pickle_files=[str(p) for p in dump_files(folder)])

@@ -67,7 +67,8 @@ def read_flight_recorder(
         folder = Path(flight_recorder_dir)
         if not folder.is_dir():
             raise ToolError(f"{flight_recorder_dir}: no such directory")
-        candidates += [p for p in _dump_files(folder) if p not in candidates]
+        given = set(candidates)
+        candidates += [p for p in _dump_files(folder) if p not in given]
     if not candidates:
         raise ToolError("no dump files to read", "pass the folder the ranks dumped into")
     result = read_all(candidates)
@@ -80,6 +81,9 @@ def read_flight_recorder(
     for path in result.skipped:  # named like the dumps: a rank's file that is not one
         if _stem(path) in named:
             unreadable.append((path, "not a Flight Recorder dump, though named like the others"))
+    if not result.dumps:
+        text = f"none of {len(unreadable)} Flight Recorder dumps could be read"
+        return ToolOutput(gaps=_file_gaps(unreadable), text=text)
     unreadable_ranks = [r for p, _ in unreadable if (r := rank_from_name(p)) is not None]
     analysis = analyze_dumps(result.dumps, unreadable_ranks)
     locate(analysis.dumps, wanted_frames(analysis))

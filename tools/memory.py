@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from triage.flight_recorder import looks_like_dump
 from triage.logscan import file_origin
 from triage.models import Evidence, Gap
 from triage.observations import AllocationSite, Frame, GrowthPoint, MemoryDump, MemoryGrowth
@@ -114,9 +115,11 @@ def _read_one(
 def _read_if_memory(path: Path, limit: int, markers: tuple[bytes, ...]) -> bytes:
     """The whole file when it may hold memory data; files over `limit` are refused
     when their head looks like memory data and skipped otherwise."""
+    with path.open("rb") as handle:
+        head = handle.read(PEEK)
+    if looks_like_dump(head):
+        raise _NotMemory  # a Flight Recorder dump: its own tool reads it, without a full read
     if path.stat().st_size > limit:
-        with path.open("rb") as handle:
-            head = handle.read(PEEK)
         if any(marker in head for marker in markers):
             raise _Unreadable(f"over the {limit}-byte limit for memory dumps: not loaded")
         raise _NotMemory

@@ -35,16 +35,12 @@ from __future__ import annotations
 import bisect
 import io
 import json
-import multiprocessing as mp
 import os
 import pickle
 import re
 import struct
-import threading
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,7 +59,7 @@ SNIFF_BYTES = 1 << 20  # a dump's first entry, and with it its keys, lies within
 HEAD_BYTES = 64 << 10  # read first: the header and the first entries of most dumps
 TAIL_BYTES = 64 << 10  # read from the end: the frontier of most dumps
 MAX_TAIL_BYTES = 4 << 20  # a tail read further back than this reads the whole file
-MARGIN = 6  # entries decoded before a rank's first unfinished one (fast path)
+MARGIN = 4  # entries decoded before a rank's first unfinished one (fast path)
 RECENT = 6  # finished collectives kept per group before the first unfinished one
 WINDOW = 32  # unfinished collectives kept per group
 P2P_KEEP = 8  # unfinished point-to-point ops kept per group
@@ -297,13 +293,10 @@ class _Bytes:
         self.size = size
         self.tail = b""
         self.tail_at = size
+        self.complete = len(head) >= size
 
     def __len__(self) -> int:
         return self.size
-
-    @property
-    def complete(self) -> bool:
-        return len(self.head) >= self.size
 
     def whole(self) -> bytes:
         if not self.complete:
@@ -313,6 +306,7 @@ class _Bytes:
             if len(data) > MAX_DUMP_BYTES:
                 raise UnreadableDump(f"over the {MAX_DUMP_BYTES}-byte limit for dumps: grew")
             self.head, self.size, self.tail, self.tail_at = data, len(data), b"", len(data)
+            self.complete = True
         return self.head
 
     def _tail_from(self, start: int) -> bool:
@@ -727,11 +721,18 @@ def read_files(paths: Sequence[str]) -> ReadResult:
 
 def read_all(paths: Sequence[str], workers: int | None = None) -> ReadResult:
     """Read many dumps on several cores: each file is independent, and at thousands of
-    ranks reading dominates. Falls back to one process where a pool cannot start."""
+    ranks reading dominates. This process reads one share itself while `workers - 1`
+    others read the rest (half the results to ship back than with idle waiting). Falls
+    back to one process where a pool cannot start."""
     cores = workers if workers is not None else min(os.cpu_count() or 1, 8)
     if cores < 2 or len(paths) < PARALLEL_FILES:
         return read_files(paths)
-    batches = [list(paths[i :: cores * 4]) for i in range(cores * 4)]
+    import multiprocessing as mp  # only thousands of dumps pay for a pool
+    import threading
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    shares = [list(paths[i::cores]) for i in range(cores)]
     method = (
         "fork"
         if threading.active_count() == 1 and "fork" in mp.get_all_start_methods()
@@ -739,8 +740,10 @@ def read_all(paths: Sequence[str], workers: int | None = None) -> ReadResult:
     )
     result = ReadResult()
     try:
-        with ProcessPoolExecutor(cores, mp_context=mp.get_context(method)) as pool:
-            for part in pool.map(read_files, [b for b in batches if b]):
+        with ProcessPoolExecutor(cores - 1, mp_context=mp.get_context(method)) as pool:
+            others = pool.map(read_files, shares[1:])
+            result.merge(read_files(shares[0]))
+            for part in others:
                 result.merge(part)
     except (OSError, BrokenProcessPool, RuntimeError):
         return read_files(paths)
@@ -750,7 +753,7 @@ def read_all(paths: Sequence[str], workers: int | None = None) -> ReadResult:
 # --- fast path: torch's own pickles ------------------------------------------------------
 
 PREFIX_ENTRIES = 4  # entries unpickled with the header: they define most memoized strings
-CHUNK = 10  # entries decoded from the end at first; doubled until the frontier is in
+CHUNK = 8  # entries decoded from the end at first; doubled until the frontier is in
 MAX_BACK = 1024  # entries decoded from the end at most; beyond, the general path reads it
 _MISSING_MEMO = re.compile(r"Memo value not found at index (\d+)")
 
@@ -798,16 +801,20 @@ class _Layout:
     def pad(self, size: int, strings: Mapping[int, str] | None = None) -> None:
         """Memo = the prefix's, plus `strings` or None at each index up to `size`."""
         strings = strings or {}
-        filler = bytearray()
-        for index in range(self.known, size):
-            text = strings.get(index)
-            if text is None:
-                filler += _FILLER[index] if index < len(_FILLER) else _filler(index)
-            else:
-                raw = text.encode("utf-8")
-                filler += b"X" + struct.pack("<I", len(raw)) + raw + b"r"
-                filler += struct.pack("<I", index) + b"0"
-        source = _unpickler(b"\x80\x02" + bytes(filler) + b"N.")
+        if strings:
+            filler = bytearray()
+            for index in range(self.known, size):
+                text = strings.get(index)
+                if text is None:
+                    filler += _filler(index)
+                else:
+                    raw = text.encode("utf-8")
+                    filler += b"X" + struct.pack("<I", len(raw)) + raw + b"r"
+                    filler += struct.pack("<I", index) + b"0"
+            stream = b"\x80\x02" + bytes(filler) + b"N."
+        else:
+            stream = _fillers(self.known, size)
+        source = _unpickler(stream)
         source.memo = self.prefix_memo
         source.load()
         self.memo, self.memo_size, self.strings = source.memo, max(size, self.known), strings
@@ -853,7 +860,19 @@ def _filler(index: int) -> bytes:
     return b"Nr" + struct.pack("<I", index) + b"0"
 
 
-_FILLER = [_filler(i) for i in range(512)]
+_FILLERS: dict[tuple[int, int], bytes] = {}
+
+
+def _fillers(start: int, end: int) -> bytes:
+    """A pickle that puts None at memo indices start..end-1; dumps of one job share them."""
+    key = (start, end)
+    stream = _FILLERS.get(key)
+    if stream is None:
+        if len(_FILLERS) > 1024:
+            _FILLERS.clear()
+        body = b"".join(_filler(i) for i in range(start, end))
+        stream = _FILLERS[key] = b"\x80\x02" + body + b"N."
+    return stream
 
 
 def _fast_pickle(data: _Bytes) -> tuple[dict[str, Any], list[Any], int] | None:

@@ -100,7 +100,10 @@ def load_untrusted(source: str | Path | bytes, max_bytes: int = MAX_PICKLE_BYTES
     else:
         data = read_bounded(Path(source), max_bytes)
     try:
-        return RestrictedUnpickler(io.BytesIO(data)).load()
+        # A buffered reader offers peek(): the C unpickler then reads in blocks instead of
+        # calling back into Python once per opcode.
+        stream = io.BufferedReader(io.BytesIO(data), max(8192, len(data)))
+        return RestrictedUnpickler(stream).load()
     except UntrustedPickleError:
         raise
     except RecursionError as exc:
