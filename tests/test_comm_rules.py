@@ -709,3 +709,13 @@ def test_peer_symptoms_are_marked() -> None:
         "nccl.remote_error",
         "c10d.recv_closed",
     }
+
+
+def test_ranks_the_launcher_stopped_are_victims_of_the_rank_that_failed(tmp_path: Path) -> None:
+    """torchrun may SIGTERM the other ranks before they see the peer go: no connection error
+    is logged, yet the failing rank is still the cause (the shape of a real CI run here)."""
+    text = (Path(__file__).parent / "fixtures" / "launcher_stopped_peer.log").read_text()
+    report = analyze_files(tmp_path, {"console.log": text})
+    top = report.hypotheses[0]
+    assert (top.cause_id, top.ranks) == ("comm.peer_failure", [1])
+    assert top.location is not None and top.location.line == 30

@@ -301,6 +301,10 @@ def _build(evidence: EvidenceSet) -> CommView:
     for e, t in tbs:
         if not t.dump and t.rank not in origin_ranks and _lost_peer(t, peer_ranks):
             witnesses.setdefault(t.rank, []).append(e.id)
+    if origins:  # the launcher stopped the others (SIGTERM) before they saw the peer go
+        for e, s in by_name.get("elastic.child_failed", []):
+            if s.rank not in origin_ranks and s.fields.get("signal") in _STOP:
+                witnesses.setdefault(s.rank, []).append(e.id)
     return CommView(by_name, tbs, hosts, nnodes, origins, witnesses)
 
 
