@@ -231,7 +231,6 @@ def _evidence(result: ScanResult, ids: Counter[str]) -> list[Evidence]:
         info = LogFile(
             path=result.path,
             size=result.size,
-            kind="log",
             rank=rank,
             lines=result.lines,
             truncated_hits=result.dropped,

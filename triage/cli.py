@@ -188,37 +188,24 @@ def analyze(
     _analyze(paths, symptom, pids, Format.json if as_json else fmt)
 
 
-@app.command("comm-error")
-def comm_error(
-    paths: PathsArg,
-    pids: PidsOpt = None,
-    as_json: JsonOpt = False,
-    fmt: FormatOpt = Format.terminal,
-) -> None:
-    """`analyze --symptom comm`: NCCL/gloo errors, rendezvous failures, broken peers."""
-    _analyze(paths, Symptom.comm, pids, Format.json if as_json else fmt)
+def _fixed_symptom(name: str, symptom: Symptom, summary: str) -> None:
+    """Register `triage NAME PATH...`: `analyze` with the symptom fixed."""
+
+    def command(
+        paths: PathsArg,
+        pids: PidsOpt = None,
+        as_json: JsonOpt = False,
+        fmt: FormatOpt = Format.terminal,
+    ) -> None:
+        _analyze(paths, symptom, pids, Format.json if as_json else fmt)
+
+    command.__doc__ = f"`analyze --symptom {symptom.value}`: {summary}"
+    app.command(name)(command)
 
 
-@app.command()
-def oom(
-    paths: PathsArg,
-    pids: PidsOpt = None,
-    as_json: JsonOpt = False,
-    fmt: FormatOpt = Format.terminal,
-) -> None:
-    """`analyze --symptom oom`: CUDA and host out-of-memory, from messages and snapshots."""
-    _analyze(paths, Symptom.oom, pids, Format.json if as_json else fmt)
-
-
-@app.command("wrong-results")
-def wrong_results(
-    paths: PathsArg,
-    pids: PidsOpt = None,
-    as_json: JsonOpt = False,
-    fmt: FormatOpt = Format.terminal,
-) -> None:
-    """`analyze --symptom wrong`: diverging replicas, unused parameters, NaNs."""
-    _analyze(paths, Symptom.wrong, pids, Format.json if as_json else fmt)
+_fixed_symptom("comm-error", Symptom.comm, "NCCL/gloo errors, rendezvous failures, broken peers.")
+_fixed_symptom("oom", Symptom.oom, "CUDA and host out-of-memory, from messages and snapshots.")
+_fixed_symptom("wrong-results", Symptom.wrong, "diverging replicas, unused parameters, NaNs.")
 
 
 def _analyze(

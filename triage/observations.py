@@ -172,11 +172,8 @@ class LogFile(Payload):
 
     path: str
     size: int
-    kind: str = Field(description="'log', 'elastic_error', 'binary', ...")
-    rank: int | None = Field(default=None, description="Rank named by the file or its folder.")
-    local_rank: int | None = None
-    lines: int | None = Field(default=None, description="Lines read; None when streamed by anchor.")
-    streamed: bool = Field(default=False, description="Too big to read whole: scanned by anchors.")
+    rank: int | None = Field(default=None, description="The first rank its lines name.")
+    lines: int = Field(description="Lines in the file.")
     truncated_hits: int = Field(default=0, description="Matches dropped to bound memory.")
 
 

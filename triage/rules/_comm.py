@@ -9,10 +9,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from triage.models import Evidence, Location
+from triage.models import Evidence, Finding, Location
 from triage.observations import LogSignal, TracebackRecord
 from triage.rulebook import EvidenceSet
-from triage.rules._logs import Signal, signals, tracebacks
+from triage.rules._logs import Found, Signal, ids, ranks_of, signals, strongest, tracebacks
 
 P = TypeVar("P", LogSignal, TracebackRecord)
 Traceback = tuple[Evidence, TracebackRecord]
@@ -388,3 +388,29 @@ def quote(items: list[Signal], limit: int = 160) -> str:
         return ""
     text = items[0][1].text
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def quoted_finding(
+    evidence: EvidenceSet,
+    rule: tuple[str, str],
+    found: list[Found],
+    about: re.Pattern[str],
+    confirm: str,
+    ranks: list[int] | None = None,
+) -> Finding:
+    """The strongest explanation as a finding that quotes its first line: setup errors say
+    what is wrong in their own words. `about` picks the traceback frame to point at."""
+    (confidence, what, items, fix), every = strongest(found)
+    ranks = ranks_of(s for _, s in items) if ranks is None else ranks
+    return Finding(
+        rule_id=rule[0],
+        cause_id=rule[1],
+        title=what,
+        summary=f"{what}: `{items[0][1].text[:200]}`",
+        ranks=ranks,
+        location=comm_view(evidence).location(ranks, about),
+        confidence=confidence,
+        evidence=ids(every)[:12],
+        fix=fix,
+        confirm=confirm,
+    )

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.rulebook import EvidenceSet, rule
-from triage.rules._comm import comm_view
-from triage.rules._logs import Found, ids, ranks_of, signals, strongest
+from triage.rules._comm import quoted_finding
+from triage.rules._logs import Found, signals
 
 _TEXT = re.compile(r"backend|Backend|does not support|ProcessGroup|CUDA|device|ReduceOp|nccl")
 
@@ -98,18 +98,11 @@ def backend_device(evidence: EvidenceSet) -> Iterator[Finding]:
         found.append((0.86, f"the backend does not support {op}", ops, _FIX_OP))
     if not found:
         return
-    (confidence, what, items, fix), every = strongest(found)
-    ranks = ranks_of(s for _, s in items)
-    yield Finding(
-        rule_id="logs.backend_device",
-        cause_id="config.backend_device",
-        title=what,
-        summary=f"{what}: `{items[0][1].text[:200]}`",
-        ranks=ranks,
-        location=comm_view(evidence).location(ranks, _TEXT),
-        confidence=confidence,
-        evidence=ids(every)[:12],
-        fix=fix,
-        confirm="the failing call's tensor device (tensor.device) or op is not in the backend's "
+    yield quoted_finding(
+        evidence,
+        ("logs.backend_device", "config.backend_device"),
+        found,
+        _TEXT,
+        "the failing call's tensor device (tensor.device) or op is not in the backend's "
         "support table for the group it runs on",
     )

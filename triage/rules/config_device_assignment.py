@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.rulebook import EvidenceSet, rule
-from triage.rules._comm import comm_view
-from triage.rules._logs import Signal, ids, ranks_of, signals
+from triage.rules._comm import comm_view, quoted_finding
+from triage.rules._logs import Signal, ranks_of, signals
 from triage.text import format_ranks
 
 _COMM_ID = re.compile(r"commId (0x[0-9a-fA-F]+)")
@@ -138,20 +138,15 @@ def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
         )
     if not found:
         return
-    confidence, what, items, ranks, fix = max(found, key=lambda f: f[0])
-    every = [item for _, _, group, _, _ in found for item in group]
-    yield Finding(
-        rule_id="logs.device_assignment",
-        cause_id="config.device_assignment",
-        title=what,
-        summary=f"{what}: `{items[0][1].text[:200]}`",
-        ranks=ranks,
-        location=comm_view(evidence).location(ranks, _DEVICE_TEXT),
-        confidence=confidence,
-        evidence=ids(every)[:12],
-        fix=fix,
-        confirm="each rank's LOCAL_RANK, CUDA_VISIBLE_DEVICES and torch.cuda.current_device() "
+    ranks = max(found, key=lambda f: f[0])[3]  # these explanations carry their own culprits
+    yield quoted_finding(
+        evidence,
+        ("logs.device_assignment", "config.device_assignment"),
+        [(confidence, what, items, fix) for confidence, what, items, _, fix in found],
+        _DEVICE_TEXT,
+        "each rank's LOCAL_RANK, CUDA_VISIBLE_DEVICES and torch.cuda.current_device() "
         "show two ranks on one GPU or an index past torch.cuda.device_count()",
+        ranks=ranks,
     )
 
 

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.rulebook import EvidenceSet, rule
-from triage.rules._comm import comm_view
-from triage.rules._logs import Found, ids, ranks_of, signals, strongest
+from triage.rules._comm import quoted_finding
+from triage.rules._logs import Found, signals
 
 _TEXT = re.compile(r"[Mm]esh|world[ _]?size|WORLD_SIZE|divisible|out of range|interval|rank")
 
@@ -97,18 +97,11 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
         )
     if not found:
         return
-    (confidence, what, items, fix), every = strongest(found)
-    ranks = ranks_of(s for _, s in items)
-    yield Finding(
-        rule_id="logs.world_size_mismatch",
-        cause_id="config.world_size_mismatch",
-        title=what,
-        summary=f"{what}: `{items[0][1].text[:200]}`",
-        ranks=ranks,
-        location=comm_view(evidence).location(ranks, _TEXT),
-        confidence=confidence,
-        evidence=ids(every)[:12],
-        fix=fix,
-        confirm="WORLD_SIZE in the ranks' environment differs from the product of the mesh or "
+    yield quoted_finding(
+        evidence,
+        ("logs.world_size_mismatch", "config.world_size_mismatch"),
+        found,
+        _TEXT,
+        "WORLD_SIZE in the ranks' environment differs from the product of the mesh or "
         "parallel sizes the script builds (or from the number of processes started)",
     )
