@@ -27,9 +27,10 @@ from typing import Any, TypeVar
 
 import psutil
 
-from triage.environment_facts import differing, is_secret, select_interfaces, spread
+from triage.environment_facts import differing, select_interfaces, spread
 from triage.models import Evidence, Gap
 from triage.observations import EnvironmentFacts, Gpu, GpuProcess, IbPort, Interface, MasterCheck
+from triage.redact import is_secret_name
 from triage.registry import ToolError, ToolOutput, tool
 from triage.signatures.nccl import is_virtual_interface
 from triage.text import bound_text
@@ -88,7 +89,7 @@ T = TypeVar("T")
 def pick_variables(env: dict[str, str]) -> tuple[dict[str, str], list[str]]:
     """The variables that shape a distributed job, with secret-looking values redacted."""
     names = sorted(n for n in env if n in _EXACT or n.startswith(_PREFIXES))[:MAX_VARIABLES]
-    redacted = [n for n in names if is_secret(n)]
+    redacted = [n for n in names if is_secret_name(n)]
     values = {n: "<redacted>" if n in redacted else env[n][:MAX_VALUE] for n in names}
     return values, redacted
 

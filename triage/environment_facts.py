@@ -11,7 +11,6 @@ tool's summary and the rules agree on what a setting selects and what differs.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -49,14 +48,6 @@ PER_RANK = frozenset(
 )
 
 LOCAL_ADDRESSES = ("127.", "localhost", "::1")
-_SECRET = re.compile(
-    r"(?i)token|secret|passw|credential|api_?key|access_?key|private|auth|cookie|(?:^|_)key(?:_|$)"
-)
-
-
-def is_secret(name: str) -> bool:
-    """Variables whose values must never leave the host (tokens, keys, passwords)."""
-    return bool(_SECRET.search(name))
 
 
 def select_interfaces(spec: str, names: Iterable[str], *, exact_only: bool = False) -> list[str]:

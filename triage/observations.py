@@ -7,6 +7,7 @@ the payload of its kind in `data`:
 - `log_signal`: LogSignal, `traceback`: TracebackRecord, `log_file`: LogFile (logs)
 - `environment`: EnvironmentFacts (a rank's environment or this host's facts)
 - `memory_dump`: MemoryDump, `memory_growth`: MemoryGrowth (CUDA memory dumps)
+- `probe_snapshot`: SnapshotSummary, `replica_check`: ReplicaCheck (triage.probe files)
 """
 
 from __future__ import annotations
@@ -350,4 +351,169 @@ class MemoryGrowth(Payload):
     growing_sites: list[AllocationSite] = Field(
         default_factory=list, description="User lines whose live bytes grew most, first to last."
     )
+    paths: list[str] = Field(default_factory=list)
+
+
+# --- in-process probe snapshots (triage.probe) ------------------------------------------
+#
+# `triage.probe.snapshot()` writes one JSON file per rank and call, shaped like
+# ProbeSnapshot (written with the standard library; validated here when read). The reader
+# compares ranks and calls, and emits compact evidence (SnapshotSummary per file,
+# ReplicaCheck per call), so rules never hold thousands of parameters of thousands of ranks.
+
+PROBE_FORMAT = "triage.probe/1"
+
+
+class TensorStats(Payload):
+    """Content of one tensor (the local shard of a DTensor), enough to compare replicas."""
+
+    checksum: str = Field(description="Hash of the raw bytes: equal bytes, equal checksum.")
+    sum: float | None = None
+    norm: float | None = Field(default=None, description="L2 norm, float64.")
+    nonfinite: int = Field(default=0, description="NaN and Inf elements.")
+
+
+class TensorRecord(Payload):
+    """A parameter or buffer of the model as this rank holds it."""
+
+    name: str = Field(description="Module path as named_parameters()/named_buffers() give it.")
+    kind: Literal["parameter", "buffer"]
+    shape: list[int] = Field(description="Global shape (a DTensor's full shape).")
+    local_shape: list[int] | None = Field(default=None, description="This rank's shard shape.")
+    dtype: str
+    device: str
+    requires_grad: bool = False
+    placements: list[str] | None = Field(
+        default=None, description="DTensor placements, e.g. ['Shard(dim=0)'] or ['Replicate()']."
+    )
+    mesh: int | None = Field(default=None, description="Index into ProbeSnapshot.meshes.")
+    value: TensorStats | None = Field(default=None, description="None when not read (a hung GPU).")
+    grad: TensorStats | None = Field(default=None, description="None: no .grad on this rank.")
+
+
+class GroupRecord(Payload):
+    """A process group this rank belongs to."""
+
+    name: str
+    ranks: list[int]
+    backend: str | None = None
+    description: str | None = None
+
+
+class MeshRecord(Payload):
+    """A DeviceMesh: its shape, dimension names and the global ranks it holds, row-major."""
+
+    device_type: str
+    shape: list[int]
+    dim_names: list[str] | None = None
+    ranks: list[int]
+
+
+class ThreadStack(Payload):
+    """One thread's Python stack at the snapshot, innermost frame first."""
+
+    thread: str
+    thread_id: int
+    frames: list[Frame]
+
+
+class ProbeSnapshot(Payload):
+    """One rank's in-process evidence at one call of triage.probe.snapshot()."""
+
+    format: Literal["triage.probe/1"] = PROBE_FORMAT
+    rank: int | None
+    world_size: int | None = None
+    local_rank: int | None = None
+    backend: str | None = None
+    host: str
+    pid: int
+    time: float = Field(description="Unix time of the snapshot.")
+    call: int = Field(description="0-based index of this call in this process.")
+    tag: str | None = Field(default=None, description="The caller's label, e.g. 'step 100'.")
+    reason: Literal["call", "signal"] = "call"
+    model: str | None = Field(default=None, description="Class name of the model passed.")
+    wrappers: list[str] = Field(
+        default_factory=list, description="Wrappers around the model: DistributedDataParallel, ..."
+    )
+    groups: list[GroupRecord] = Field(default_factory=list)
+    meshes: list[MeshRecord] = Field(default_factory=list)
+    tensors: list[TensorRecord] = Field(default_factory=list)
+    optimizer: dict[str, Any] | None = Field(
+        default=None, description="Optimizer class, hyperparameters per group, state size."
+    )
+    cuda_memory: dict[str, int] | None = Field(
+        default=None, description="Counters of torch.cuda.memory_stats() for this rank's device."
+    )
+    flight_recorder: str | None = Field(
+        default=None, description="File name of the Flight Recorder dump written beside it."
+    )
+    stacks: list[ThreadStack] = Field(default_factory=list)
+    environment: dict[str, str] = Field(
+        default_factory=dict, description="Launcher, NCCL_*, TORCH_* variables; secrets redacted."
+    )
+    errors: list[str] = Field(
+        default_factory=list, description="What could not be gathered, one line each."
+    )
+
+
+class SnapshotSummary(Payload):
+    """Evidence `probe_snapshot`: what one snapshot file holds, without the tensors."""
+
+    path: str
+    rank: int | None
+    world_size: int | None = None
+    call: int
+    tag: str | None = None
+    reason: Literal["call", "signal"] = "call"
+    backend: str | None = None
+    wrappers: list[str] = Field(default_factory=list)
+    meshes: list[MeshRecord] = Field(default_factory=list)
+    parameters: int = 0
+    buffers: int = 0
+    without_grad: list[str] = Field(
+        default_factory=list, description="Trainable parameters with no .grad (bounded)."
+    )
+    nonfinite: list[str] = Field(
+        default_factory=list, description="Tensors or gradients with NaN/Inf (bounded)."
+    )
+    user_frame: Frame | None = Field(
+        default=None, description="Innermost user frame of the main thread at the snapshot."
+    )
+    errors: list[str] = Field(default_factory=list)
+
+
+class TensorDivergence(Payload):
+    """One tensor that is not the same on every rank that should hold the same copy."""
+
+    name: str
+    kind: Literal["parameter", "buffer"]
+    what: Literal["value", "grad", "placements", "grad_presence", "nonfinite"]
+    ranks: list[int] = Field(
+        description="The outlier ranks (the minority, or all when no majority)."
+    )
+    agreeing: list[int] = Field(
+        default_factory=list, description="Ranks that agree with each other."
+    )
+    max_relative_diff: float | None = Field(
+        default=None, description="Largest |norm difference| / norm against the majority."
+    )
+    detail: str = ""
+
+
+class ReplicaCheck(Payload):
+    """Evidence `replica_check`: ranks compared at one call (same call index or tag).
+
+    Tensors are compared among ranks that should hold identical copies: all ranks for a
+    plain or DDP replica, ranks of the same mesh coordinate on the other dims for DTensors
+    (Replicate placements), never across shards.
+    """
+
+    call: int
+    tag: str | None = None
+    ranks: list[int]
+    world_size: int | None = None
+    compared: int = Field(description="Tensors compared.")
+    diverging: list[TensorDivergence] = Field(default_factory=list, description="Bounded.")
+    diverging_total: int = 0
+    first_call: bool = Field(description="No earlier call of these ranks was read.")
     paths: list[str] = Field(default_factory=list)
