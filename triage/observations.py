@@ -361,7 +361,7 @@ class MemoryGrowth(Payload):
 # compares ranks and calls, and emits compact evidence (SnapshotSummary per file,
 # ReplicaCheck per call), so rules never hold thousands of parameters of thousands of ranks.
 
-PROBE_FORMAT = "triage.probe/1"
+PROBE_FORMAT: Literal["triage.probe/1"] = "triage.probe/1"
 
 
 class TensorStats(Payload):
