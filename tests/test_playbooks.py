@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
 
-from triage.engine import triage
-from triage.playbooks import PlaybookError, get_playbook, load_playbooks, parse_playbook
-from triage.registry import REGISTRY
+from triage.engine import gather, triage
+from triage.models import Evidence
+from triage.playbooks import (
+    Playbook,
+    PlaybookError,
+    PlaybookStep,
+    get_playbook,
+    load_playbooks,
+    parse_playbook,
+)
+from triage.registry import REGISTRY, Registry, ToolOutput
 from triage.rulebook import DOC_SECTIONS, RULES
 from triage.taxonomy import CAUSES
 
@@ -16,7 +25,12 @@ from triage.taxonomy import CAUSES
 def test_bundled_hang_playbook_names_registered_tools():
     playbook = get_playbook("hang")
     assert playbook.symptom == "hang"
-    assert [s.tool for s in playbook.steps][:2] == ["discover_ranks", "dump_stacks"]
+    assert [s.tool for s in playbook.steps][:3] == [
+        "discover_ranks",
+        "check_environment",
+        "dump_stacks",
+    ]
+    assert [s.tool for s in playbook.steps if s.background] == ["check_environment"]
     assert "## 1." in playbook.body
 
 
@@ -61,3 +75,31 @@ def test_dead_pid_yields_a_gap_and_the_fallback_not_a_crash():
     assert report.hypotheses[0].cause_id == "hang.unknown"
     assert any("does not exist" in gap.reason for gap in report.gaps)
     assert report.tool_runs[0].tool == "discover_ranks"
+
+
+def test_background_step_overlaps_the_next_and_lands_in_playbook_order():
+    """A background step runs while the next one does; the report keeps playbook order."""
+    registry = Registry()
+    started = threading.Event()
+
+    def slow() -> ToolOutput:
+        assert started.wait(10), "the step after a background step did not start meanwhile"
+        return ToolOutput(evidence=[Evidence(id="slow", kind="k", source="s", summary="slow")])
+
+    def quick() -> ToolOutput:
+        started.set()
+        return ToolOutput(evidence=[Evidence(id="quick", kind="k", source="s", summary="q")])
+
+    registry.register(slow, "slow", "Slow.")
+    registry.register(quick, "quick", "Quick.")
+    playbook = Playbook(
+        name="p",
+        symptom="hang",
+        title="t",
+        summary="s",
+        causes=[],
+        steps=[PlaybookStep(tool="slow", background=True), PlaybookStep(tool="quick")],
+    )
+    report = gather(playbook, {}, registry)
+    assert [r.tool for r in report.tool_runs] == ["slow", "quick"]
+    assert [e.id for e in report.evidence] == ["slow", "quick"]

@@ -27,12 +27,11 @@ from typing import Any, TypeVar
 
 import psutil
 
-from triage.environment_facts import differing, select_interfaces, spread
+from triage.environment_facts import differing, is_virtual_interface, select_interfaces, spread
 from triage.models import Evidence, Gap
 from triage.observations import EnvironmentFacts, Gpu, GpuProcess, IbPort, Interface, MasterCheck
 from triage.redact import is_secret_name
 from triage.registry import ToolError, ToolOutput, tool
-from triage.signatures.nccl import is_virtual_interface
 from triage.text import bound_text
 
 ENVIRON_HINT = (

@@ -19,23 +19,18 @@ from pathlib import Path
 
 from triage.flight_recorder import (
     Analysis,
-    FROutlier,
-    FRSide,
-    FRStuckGroup,
     analyze_dumps,
-    describe_side,
-    group_id,
     locate,
     overview,
     p2p_payload,
     rank_from_name,
     read_all,
-    side_id,
     stuck_payload,
     summarize,
     wanted_frames,
 )
 from triage.models import Evidence, Gap
+from triage.observations import FROutlier, FRSide, FRStuckGroup
 from triage.registry import ToolError, ToolOutput, tool
 from triage.text import format_ranks
 
@@ -202,12 +197,12 @@ def _evidence(analysis: Analysis) -> list[Evidence]:
     seen: set[str] = set()
     for point in analysis.stuck:
         payload = stuck_payload(point, world)
-        if group_id(payload) in seen:
+        if payload.evidence_id() in seen:
             continue  # a group name reused by split_group: the first stuck one is shown
-        seen.add(group_id(payload))
+        seen.add(payload.evidence_id())
         items.append(
             Evidence(
-                id=group_id(payload),
+                id=payload.evidence_id(),
                 kind="fr_stuck",
                 source=_source(analysis),
                 summary=summarize(payload),
@@ -246,11 +241,11 @@ def _outlier(point: FRStuckGroup, side: FRSide, analysis: Analysis) -> Evidence:
     rank = side.ranks[0] if len(side.ranks) == 1 else None
     dump = analysis.dumps.get(rank) if rank is not None else None
     return Evidence(
-        id=side_id(point, side),
+        id=point.side_evidence_id(side),
         kind="fr_outlier",
         source=dump.path if dump else _source(analysis),
         rank=rank,
-        summary=f"group {point.group} seq {point.seq}: {describe_side(side)}",
+        summary=f"group {point.group} seq {point.seq}: {side.describe()}",
         data=payload.model_dump(exclude_defaults=True),
     )
 

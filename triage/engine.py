@@ -6,12 +6,13 @@ which tools run with which context, and which cause IDs' rules decide.
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from triage.grouping import group_ranks
 from triage.models import Finding, Gap, Report
 from triage.playbooks import Playbook
-from triage.registry import REGISTRY, Registry
+from triage.registry import REGISTRY, Registry, ToolRun
 from triage.rulebook import EvidenceSet, run_rules, select
 from triage.taxonomy import CAUSES
 
@@ -19,24 +20,36 @@ CLOSE_CALL = 0.15
 
 
 def gather(playbook: Playbook, targets: dict[str, Any], registry: Registry = REGISTRY) -> Report:
-    """Run the playbook's tools in order; each may add context for the steps after it."""
+    """Run the playbook's tools in order; each may add context for the steps after it.
+
+    A `background` step runs in a thread alongside the steps after it (a py-spy dump waits
+    on subprocesses meanwhile); every result lands in the report in playbook order.
+    """
     report = Report(symptom=playbook.symptom, playbook=playbook.name, targets=targets)
     context = {k: v for k, v in targets.items() if v not in (None, [], "")}
-    for step in playbook.steps:
-        if any(not context.get(key) for key in step.needs):
-            continue
-        if step.needs_any and not any(context.get(key) for key in step.needs_any):
-            continue
-        try:
-            spec_params = registry.get(step.tool).parameter_names()
-        except KeyError:  # unknown or broken: `run` records why
-            spec_params = set()
-        params = {k: v for k, v in context.items() if k in spec_params} | step.args
-        run = registry.run(step.tool, params)
+    runs: list[ToolRun | Future[ToolRun]] = []
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="triage-step") as pool:
+        for step in playbook.steps:
+            if any(not context.get(key) for key in step.needs):
+                continue
+            if step.needs_any and not any(context.get(key) for key in step.needs_any):
+                continue
+            try:
+                spec_params = registry.get(step.tool).parameter_names()
+            except KeyError:  # unknown or broken: `run` records why
+                spec_params = set()
+            params = {k: v for k, v in context.items() if k in spec_params} | step.args
+            if step.background:
+                runs.append(pool.submit(registry.run, step.tool, params))
+                continue
+            run = registry.run(step.tool, params)
+            context.update(run.context)
+            runs.append(run)
+    for item in runs:
+        run = item.result() if isinstance(item, Future) else item
         report.tool_runs.append(run.result)
         report.evidence += run.evidence
         report.gaps += run.gaps
-        context.update(run.context)
     return report
 
 

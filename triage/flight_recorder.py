@@ -45,11 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
-
-from triage.models import Evidence, Location
-from triage.observations import Payload
-from triage.rulebook import EvidenceSet
+from triage.models import Location
+from triage.observations import FROp, FROverview, FRP2PWait, FRSide, FRStuckGroup
 from triage.safe_pickle import RestrictedUnpickler, UntrustedPickleError, load_untrusted
 from triage.stacks import is_user_code
 from triage.text import format_ranks
@@ -1482,95 +1479,6 @@ def _matched(
     return False
 
 
-# --- evidence payloads -------------------------------------------------------------------
-
-
-class FROp(Payload):
-    """One recorded op as the report shows it."""
-
-    op: str
-    seq: int
-    p2p: bool = False
-    group: str
-    state: str
-    done: bool = Field(default=False, description="Finished, or retired by the backend.")
-    input_sizes: list[list[int]] = Field(default_factory=list)
-    input_dtypes: list[str] = Field(default_factory=list)
-    output_sizes: list[list[int]] = Field(default_factory=list)
-    peer: int | None = Field(default=None, description="Global rank at the other end.")
-    location: Location | None = Field(default=None, description="User line that called it.")
-    text: str = ""
-
-
-class FRSide(Payload):
-    """Ranks of one group in one state at the group's stuck point."""
-
-    state: str = Field(
-        description="waiting (the majority, in the stuck op), other_op, other_shape, behind "
-        "(not finished where others have), lagging (its GPU never started the op), entered, "
-        "idle (never enqueued it, nothing pending), "
-        "elsewhere (blocked in another op), no_dump, unreadable, unknown."
-    )
-    ranks: list[int]
-    op: FROp | None = None
-    waits_in: str | None = Field(default=None, description="'group:seq' or 'p2p' for elsewhere.")
-    novel: bool = Field(
-        default=False, description="Its op appears in none of the group's recent collectives."
-    )
-
-
-class FROutlier(Payload):
-    """Ranks of one group that are not where the group's majority waits."""
-
-    group: str
-    desc: str = ""
-    seq: int
-    members: int
-    world: int
-    side: FRSide
-
-
-class FRStuckGroup(Payload):
-    """A process group whose oldest unfinished collective some members never reached."""
-
-    group: str
-    desc: str = ""
-    members: int
-    membership: str = Field(description="config (from the dumps), world, or observed.")
-    world: int
-    seq: int
-    sides: list[FRSide]
-    more_ranks: int = 0
-    waits_on: list[str] = Field(default_factory=list)
-    root: bool = Field(description="False when its outliers only wait in another stuck point.")
-
-
-class FRP2PWait(Payload):
-    """Ranks blocked in point-to-point ops that no peer matches."""
-
-    ranks: list[int] = Field(description="Every rank waiting in it.")
-    culprits: list[int] = Field(description="The cycle, or the rank at the end of the chain.")
-    cycle: bool
-    sink: int | None = None
-    sink_state: str = ""
-    ops: dict[int, FROp] = Field(default_factory=dict)
-
-
-class FROverview(Payload):
-    """What the dumps cover."""
-
-    dumps: int
-    ranks: str = Field(description="Ranks with a dump, compressed: '0-4095'.")
-    world: int
-    missing: list[int] = Field(default_factory=list)
-    versions: list[str] = Field(default_factory=list)
-    backends: list[str] = Field(default_factory=list)
-    groups: int
-    stuck_groups: int
-    entries: int
-    files: list[str] = Field(default_factory=list, description="A few of the files read.")
-
-
 def to_op(entry: Entry, group: GroupInfo | None) -> FROp:
     location = (
         Location(file=entry.frame[1], line=entry.frame[2], function=entry.frame[0])
@@ -1672,105 +1580,8 @@ def overview(analysis: Analysis) -> FROverview:
     )
 
 
-def describe_side(side: FRSide) -> str:
-    """'ranks 1-3 wait in all_reduce seq 7 (pending) at train.py:40' and the like."""
-    one = len(side.ranks) == 1
-    who = f"rank{'' if one else 's'} {format_ranks(side.ranks)}"
-    op = side.op
-    text = op.text if op else None
-    at = f" at {Path(op.location.file).name}:{op.location.line}" if op and op.location else ""
-    wait, be, have = ("waits", "is", "has") if one else ("wait", "are", "have")
-    what = {
-        "waiting": f"finished {(text or '').removesuffix(' (finished)')}{at} and {wait} further on"
-        if op and op.done
-        else f"{wait} in {text or 'the collective'}{at}",
-        "other_op": f"{be} in {text or 'another op'}{at} instead",
-        "other_shape": f"entered it as {text or '?'}{at}: other sizes or dtypes",
-        "lagging": f"enqueued it but {'its' if one else 'their'} GPU never started it{at}",
-        "behind": f"{have} not finished it ({text or '?'}){at}",
-        "entered": f"entered it{at}",
-        "idle": f"never enqueued it and {wait} in no collective; last op {text or 'none'}{at}",
-        "elsewhere": f"never enqueued it: blocked in {text or side.waits_in}{at}",
-        "no_dump": "left no dump",
-        "no_group": "never created this group (not in its dump's groups)",
-        "unreadable": "left a dump that could not be read",
-        "unknown": f"{have} no op of this group in {'its' if one else 'their'} buffer",
-    }.get(side.state, side.state)
-    return f"{who} {what}"
-
-
 def summarize(point: FRStuckGroup) -> str:
     head = f"group {point.group}{f' ({point.desc})' if point.desc and point.desc != 'undefined' else ''}"
-    parts = "; ".join(describe_side(s) for s in point.sides)
+    parts = "; ".join(s.describe() for s in point.sides)
     more = f"; {point.more_ranks} more ranks in other states" if point.more_ranks else ""
     return f"{head}, {point.members} ranks, stuck at seq {point.seq}: {parts}{more}"
-
-
-# --- what the rules share ------------------------------------------------------------------
-
-UNSEEN = ("no_dump", "unreadable", "unknown")
-
-
-def stuck_groups(evidence: EvidenceSet) -> list[tuple[Evidence, FRStuckGroup]]:
-    """Stuck points that are causes, not victims of another group's stuck point."""
-    return [(e, p) for e, p in evidence.payloads("fr_stuck", FRStuckGroup) if p.root]
-
-
-def side_id(point: FRStuckGroup, side: FRSide) -> str:
-    """The id of the outlier evidence the tool wrote for `side`."""
-    ranks = format_ranks(side.ranks)
-    if len(ranks) > 40:
-        ranks = f"{len(side.ranks)}ranks{side.ranks[0]}"
-    return f"fr:group{point.group}:seq{point.seq}:{side.state}:{ranks}"
-
-
-def group_id(point: FRStuckGroup) -> str:
-    return f"fr:group{point.group}:seq{point.seq}"
-
-
-def majority(point: FRStuckGroup) -> FRSide | None:
-    return next((s for s in point.sides if s.state == "waiting"), None)
-
-
-def coverage(point: FRStuckGroup) -> float:
-    """Confidence shrinks with the members whose state the dumps do not show."""
-    unseen = sum(len(s.ranks) for s in point.sides if s.state in UNSEEN) + point.more_ranks
-    return 1.0 - 0.4 * unseen / max(1, point.members)
-
-
-def is_subgroup(point: FRStuckGroup) -> bool:
-    return point.members < point.world
-
-
-def split(point: FRStuckGroup, state: str) -> tuple[FRSide | None, list[FRSide], bool]:
-    """(the side others agree with, the outlier sides in `state`, whether it was a tie).
-
-    On a tie, the side whose op the group never ran before is the odd one: a collective
-    under a rank-dependent branch is new, the loop's own collective is not."""
-    normal = majority(point)
-    odd = [s for s in point.sides if s.state == state]
-    if normal is None or not odd:
-        return normal, odd, False
-    contenders = [s for s in (normal, *odd) if len(s.ranks) == len(normal.ranks)]
-    if len(contenders) == 1:
-        return normal, odd, False
-    novel = [s for s in contenders if s.novel]
-    if len(novel) == 1 and len(contenders) == 2:
-        other = next(s for s in contenders if s is not novel[0])
-        return other, novel, False
-    return normal, odd, True
-
-
-def where(side: FRSide | None) -> str:
-    if side is None or side.op is None or side.op.location is None:
-        return ""
-    loc = side.op.location
-    return f" at {Path(loc.file).name}:{loc.line}"
-
-
-def location(side: FRSide | None) -> Location | None:
-    return side.op.location if side is not None and side.op is not None else None
-
-
-def ranks_of(sides: Iterable[FRSide]) -> list[int]:
-    return sorted({r for s in sides for r in s.ranks})

@@ -7,17 +7,22 @@ the payload of its kind in `data`:
 - `log_signal`: LogSignal, `traceback`: TracebackRecord, `log_file`: LogFile (logs)
 - `environment`: EnvironmentFacts (a rank's environment or this host's facts)
 - `memory_dump`: MemoryDump, `memory_growth`: MemoryGrowth (CUDA memory dumps)
+- `fr_stuck`: FRStuckGroup, `fr_outlier`: FROutlier, `fr_p2p`: FRP2PWait,
+  `fr_overview`: FROverview (Flight Recorder dumps)
 - `probe_snapshot`: SnapshotSummary, `replica_check`: ReplicaCheck (triage.probe files)
 """
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
 
 from triage.models import Contract, Location
+from triage.text import format_ranks
 
 
 class Payload(Contract):
@@ -354,6 +359,131 @@ class MemoryGrowth(Payload):
     paths: list[str] = Field(default_factory=list)
 
 
+# --- Flight Recorder dumps (tools/flight_recorder.py) --------------------------------------------------------------------
+
+
+class FROp(Payload):
+    """One recorded op as the report shows it."""
+
+    op: str
+    seq: int
+    p2p: bool = False
+    group: str
+    state: str
+    done: bool = Field(default=False, description="Finished, or retired by the backend.")
+    input_sizes: list[list[int]] = Field(default_factory=list)
+    input_dtypes: list[str] = Field(default_factory=list)
+    output_sizes: list[list[int]] = Field(default_factory=list)
+    peer: int | None = Field(default=None, description="Global rank at the other end.")
+    location: Location | None = Field(default=None, description="User line that called it.")
+    text: str = ""
+
+
+class FRSide(Payload):
+    """Ranks of one group in one state at the group's stuck point."""
+
+    state: str = Field(
+        description="waiting (the majority, in the stuck op), other_op, other_shape, behind "
+        "(not finished where others have), lagging (its GPU never started the op), entered, "
+        "idle (never enqueued it, nothing pending), "
+        "elsewhere (blocked in another op), no_dump, unreadable, unknown."
+    )
+    ranks: list[int]
+    op: FROp | None = None
+    waits_in: str | None = Field(default=None, description="'group:seq' or 'p2p' for elsewhere.")
+    novel: bool = Field(
+        default=False, description="Its op appears in none of the group's recent collectives."
+    )
+
+    def describe(self) -> str:
+        """'ranks 1-3 wait in all_reduce seq 7 (pending) at train.py:40' and the like."""
+        one = len(self.ranks) == 1
+        who = f"rank{'' if one else 's'} {format_ranks(self.ranks)}"
+        op = self.op
+        text = op.text if op else None
+        at = f" at {Path(op.location.file).name}:{op.location.line}" if op and op.location else ""
+        wait, be, have = ("waits", "is", "has") if one else ("wait", "are", "have")
+        what = {
+            "waiting": f"finished {(text or '').removesuffix(' (finished)')}{at} and {wait} further on"
+            if op and op.done
+            else f"{wait} in {text or 'the collective'}{at}",
+            "other_op": f"{be} in {text or 'another op'}{at} instead",
+            "other_shape": f"entered it as {text or '?'}{at}: other sizes or dtypes",
+            "lagging": f"enqueued it but {'its' if one else 'their'} GPU never started it{at}",
+            "behind": f"{have} not finished it ({text or '?'}){at}",
+            "entered": f"entered it{at}",
+            "idle": f"never enqueued it and {wait} in no collective; last op {text or 'none'}{at}",
+            "elsewhere": f"never enqueued it: blocked in {text or self.waits_in}{at}",
+            "no_dump": "left no dump",
+            "no_group": "never created this group (not in its dump's groups)",
+            "unreadable": "left a dump that could not be read",
+            "unknown": f"{have} no op of this group in {'its' if one else 'their'} buffer",
+        }.get(self.state, self.state)
+        return f"{who} {what}"
+
+
+class FROutlier(Payload):
+    """Ranks of one group that are not where the group's majority waits."""
+
+    group: str
+    desc: str = ""
+    seq: int
+    members: int
+    world: int
+    side: FRSide
+
+
+class FRStuckGroup(Payload):
+    """A process group whose oldest unfinished collective some members never reached."""
+
+    group: str
+    desc: str = ""
+    members: int
+    membership: str = Field(description="config (from the dumps), world, or observed.")
+    world: int
+    seq: int
+    sides: list[FRSide]
+    more_ranks: int = 0
+    waits_on: list[str] = Field(default_factory=list)
+    root: bool = Field(description="False when its outliers only wait in another stuck point.")
+
+    def evidence_id(self) -> str:
+        return f"fr:group{self.group}:seq{self.seq}"
+
+    def side_evidence_id(self, side: FRSide) -> str:
+        """The id of the outlier evidence the tool writes for `side`."""
+        ranks = format_ranks(side.ranks)
+        if len(ranks) > 40:
+            ranks = f"{len(side.ranks)}ranks{side.ranks[0]}"
+        return f"fr:group{self.group}:seq{self.seq}:{side.state}:{ranks}"
+
+
+class FRP2PWait(Payload):
+    """Ranks blocked in point-to-point ops that no peer matches."""
+
+    ranks: list[int] = Field(description="Every rank waiting in it.")
+    culprits: list[int] = Field(description="The cycle, or the rank at the end of the chain.")
+    cycle: bool
+    sink: int | None = None
+    sink_state: str = ""
+    ops: dict[int, FROp] = Field(default_factory=dict)
+
+
+class FROverview(Payload):
+    """What the dumps cover."""
+
+    dumps: int
+    ranks: str = Field(description="Ranks with a dump, compressed: '0-4095'.")
+    world: int
+    missing: list[int] = Field(default_factory=list)
+    versions: list[str] = Field(default_factory=list)
+    backends: list[str] = Field(default_factory=list)
+    groups: int
+    stuck_groups: int
+    entries: int
+    files: list[str] = Field(default_factory=list, description="A few of the files read.")
+
+
 # --- in-process probe snapshots (triage.probe) ------------------------------------------
 #
 # `triage.probe.snapshot()` writes one JSON file per rank and call, shaped like
@@ -362,6 +492,13 @@ class MemoryGrowth(Payload):
 # ReplicaCheck per call), so rules never hold thousands of parameters of thousands of ranks.
 
 PROBE_FORMAT: Literal["triage.probe/1"] = "triage.probe/1"
+_PROBE_HEAD = re.compile(rb'"format"\s*:\s*"triage\.probe/1"')
+
+
+def is_probe_snapshot(head: bytes) -> bool:
+    """Whether a file's first bytes (a few KiB) are a probe snapshot's: the probe writes the
+    format key first, so a JSON document that holds it near the start is one."""
+    return head.lstrip()[:1] == b"{" and _PROBE_HEAD.search(head) is not None
 
 
 class TensorStats(Payload):
@@ -464,40 +601,87 @@ class SnapshotSummary(Payload):
     world_size: int | None = None
     call: int
     tag: str | None = None
+    label: str = Field(default="", description="The call as the replica check names it.")
     reason: Literal["call", "signal"] = "call"
+    host: str = ""
+    pid: int | None = None
     backend: str | None = None
+    model: str | None = None
     wrappers: list[str] = Field(default_factory=list)
     meshes: list[MeshRecord] = Field(default_factory=list)
     parameters: int = 0
     buffers: int = 0
+    grads: int = Field(default=0, description="Trainable parameters that hold a .grad.")
     without_grad: list[str] = Field(
         default_factory=list, description="Trainable parameters with no .grad (bounded)."
     )
+    without_grad_total: int = 0
     nonfinite: list[str] = Field(
-        default_factory=list, description="Tensors or gradients with NaN/Inf (bounded)."
+        default_factory=list,
+        description="Tensors or gradients with NaN/Inf (bounded), e.g. 'fc.weight (grad)'.",
     )
+    nonfinite_total: int = 0
     user_frame: Frame | None = Field(
         default=None, description="Innermost user frame of the main thread at the snapshot."
     )
+    flight_recorder: str | None = None
     errors: list[str] = Field(default_factory=list)
 
 
+Divergence = Literal["value", "grad", "placements", "grad_presence", "nonfinite"]
+
+
 class TensorDivergence(Payload):
-    """One tensor that is not the same on every rank that should hold the same copy."""
+    """One tensor that is not the same on every rank that should hold the same copy.
+
+    `what` says how: `value`/`grad` checksums differ among replicas; `placements` differ
+    across ranks or do not fit the mesh; `grad_presence`: a trainable parameter has no .grad
+    on `ranks` while those ranks hold gradients of other parameters; `nonfinite`: NaN/Inf
+    in `part` on `ranks` (listed even when most ranks have them).
+    """
 
     name: str
     kind: Literal["parameter", "buffer"]
-    what: Literal["value", "grad", "placements", "grad_presence", "nonfinite"]
+    what: Divergence
+    part: Literal["value", "grad"] | None = Field(
+        default=None, description="For nonfinite: in the values or in the gradients."
+    )
     ranks: list[int] = Field(
-        description="The outlier ranks (the minority, or all when no majority)."
+        description="The outlier ranks (the minority, or all when no majority); bounded."
     )
+    ranks_total: int = 0
     agreeing: list[int] = Field(
-        default_factory=list, description="Ranks that agree with each other."
+        default_factory=list, description="Ranks that agree with each other; bounded."
     )
+    agreeing_total: int = 0
+    majority: bool = Field(
+        default=True, description="False: no copy is held by most replicas; all are listed."
+    )
+    dtensor: bool = Field(default=False, description="A DTensor: compared within replica groups.")
     max_relative_diff: float | None = Field(
         default=None, description="Largest |norm difference| / norm against the majority."
     )
+    nonfinite: bool = Field(
+        default=False, description="The outliers hold NaN/Inf here: that explains the difference."
+    )
+    since: str | None = Field(
+        default=None, description="The first call read at which it differed this way."
+    )
+    matched_at: str | None = Field(
+        default=None, description="The last earlier call at which the replicas were identical."
+    )
     detail: str = ""
+
+
+class WorldIssue(Payload):
+    """The mesh or the ranks disagree with the world the snapshots report."""
+
+    problem: Literal[
+        "mesh_too_big", "mesh_ranks_outside", "mesh_short", "world_size_differs", "rank_outside"
+    ]
+    detail: str
+    mesh: MeshRecord | None = None
+    ranks: list[int] = Field(default_factory=list, description="Ranks that report it; bounded.")
 
 
 class ReplicaCheck(Payload):
@@ -510,10 +694,26 @@ class ReplicaCheck(Payload):
 
     call: int
     tag: str | None = None
+    label: str = Field(default="", description="'step 3' (the tag) or 'call 1'.")
     ranks: list[int]
     world_size: int | None = None
+    missing: list[int] = Field(
+        default_factory=list, description="Ranks of the world with no snapshot at this call."
+    )
+    wrappers: list[str] = Field(default_factory=list, description="Wrappers any rank reports.")
     compared: int = Field(description="Tensors compared.")
     diverging: list[TensorDivergence] = Field(default_factory=list, description="Bounded.")
     diverging_total: int = 0
+    counts: dict[str, int] = Field(
+        default_factory=dict, description="Diverging tensors by `what`, before bounding."
+    )
+    ranks_with_grads: int = Field(
+        default=0, description="Ranks holding any gradient (a backward ran since zero_grad)."
+    )
+    partial: list[str] = Field(
+        default_factory=list, description="Tensors held as Partial (pending reduction); bounded."
+    )
+    world_issues: list[WorldIssue] = Field(default_factory=list)
     first_call: bool = Field(description="No earlier call of these ranks was read.")
-    paths: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    paths: list[str] = Field(default_factory=list, description="Bounded.")

@@ -27,6 +27,10 @@ class PlaybookStep(Contract):
     needs_any: list[str] = Field(
         default_factory=list, description="At least one of these context keys must be set."
     )
+    background: bool = Field(
+        default=False,
+        description="Runs alongside the steps after it; it gives them no context.",
+    )
 
 
 class Playbook(Contract):

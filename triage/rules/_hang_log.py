@@ -203,15 +203,18 @@ def _build(evidence: EvidenceSet) -> HangLog:
 
 def _timeout_stacks(evidence: EvidenceSet) -> list[tuple[Evidence, RankState]]:
     """Each rank's last traceback of a timed-out collective, read as its stack at the hang."""
+    records = [(i, r, r.rank) for i, r in tracebacks(evidence, dumps=False) if r.rank is not None]
+    if not records:  # a live hang has none: spare it loading the whole signature table
+        return []
     table = signatures.load()
     names = (*TIMEOUTS, "hang.monitored_barrier_peer")
     latest: dict[int, tuple[Evidence, RankState]] = {}
-    for item, record in tracebacks(evidence, dumps=False):
-        if record.rank is None or not any(table[n].match(record.message) for n in names):
+    for item, record, rank in records:
+        if not any(table[n].match(record.message) for n in names):
             continue
-        state = classify(record.frames, pid=-1 - record.rank, rank=record.rank)
+        state = classify(record.frames, pid=-1 - rank, rank=rank)
         if state.activity.waits_on_peers:
-            latest[record.rank] = (item, state)
+            latest[rank] = (item, state)
     return list(latest.values())
 
 

@@ -4,20 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from triage.flight_recorder import (
-    coverage,
-    describe_side,
-    group_id,
-    is_subgroup,
-    location,
-    ranks_of,
-    side_id,
-    split,
-    stuck_groups,
-    where,
-)
 from triage.models import Finding
 from triage.rulebook import EvidenceSet, rule
+from triage.rules._fr import coverage, is_subgroup, location, ranks_of, split, stuck_groups, where
 from triage.text import format_ranks
 
 
@@ -62,7 +51,7 @@ def fr_mismatched_collective(evidence: EvidenceSet) -> Iterator[Finding]:
         first = culprits[0]
         ranks = ranks_of(culprits)
         ops = " / ".join(sorted({s.op.op for s in culprits if s.op}))
-        sides = "; ".join(describe_side(s) for s in (normal, *culprits) if s)
+        sides = "; ".join(s.describe() for s in (normal, *culprits) if s)
         confidence = (0.6 if tie else 0.9 if odd else 0.7) * coverage(point)
         yield Finding(
             rule_id="fr.mismatched_collective",
@@ -76,9 +65,9 @@ def fr_mismatched_collective(evidence: EvidenceSet) -> Iterator[Finding]:
             location=location(first),
             other_locations=[loc for loc in [location(normal)] if loc],
             confidence=round(confidence, 3),
-            evidence=[item.id, *(side_id(point, s) for s in culprits)][:6],
+            evidence=[item.id, *(point.side_evidence_id(s) for s in culprits)][:6],
             fix="Make every rank call the same collectives in the same order: move the "
             f"{ops or 'odd'} call{where(first)} out of its rank-dependent branch.",
             confirm=f"rank {format_ranks(ranks)}'s recorded op at seq {point.seq} is "
-            f"{ops or 'another op'} (see {group_id(point)})",
+            f"{ops or 'another op'} (see {point.evidence_id()})",
         )

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from triage.flight_recorder import coverage, describe_side, majority, stuck_groups
 from triage.models import Finding
 from triage.rulebook import EvidenceSet, rule
+from triage.rules._fr import coverage, majority, stuck_groups
 
 
 @rule("fr.no_culprit_visible", "hang.unknown")
@@ -43,7 +43,7 @@ def fr_no_culprit_visible(evidence: EvidenceSet) -> Iterator[Finding]:
             cause_id="hang.unknown",
             title=f"every member of group {point.group} waits in the same collective",
             summary=f"Flight Recorder, group {point.group} ({point.members} ranks): "
-            f"{describe_side(normal)}, and none finished it; the dumps show no culprit.",
+            f"{normal.describe()}, and none finished it; the dumps show no culprit.",
             ranks=[],
             location=normal.op.location if normal.op else None,
             confidence=round(0.3 * coverage(point), 3),

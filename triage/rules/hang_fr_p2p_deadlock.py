@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from triage.flight_recorder import FROp, FRP2PWait
 from triage.models import Finding
+from triage.observations import FROp, FRP2PWait
 from triage.rulebook import EvidenceSet, rule
 from triage.text import format_ranks
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from triage.flight_recorder import FRP2PWait, describe_side, majority, side_id, stuck_groups
 from triage.models import Finding
+from triage.observations import FRP2PWait
 from triage.rulebook import EvidenceSet, rule
+from triage.rules._fr import majority, stuck_groups
 from triage.text import format_ranks
 
 
@@ -48,7 +49,7 @@ def fr_rank_exited(evidence: EvidenceSet) -> Iterator[Finding]:
             s.state in ("other_op", "other_shape", "idle", "lagging", "elsewhere", "no_group")
             for s in point.sides
         )
-        waiting = describe_side(normal) if normal else "the dumped members wait"
+        waiting = normal.describe() if normal else "the dumped members wait"
         yield Finding(
             rule_id="fr.rank_exited",
             cause_id="hang.rank_exited",
@@ -59,7 +60,7 @@ def fr_rank_exited(evidence: EvidenceSet) -> Iterator[Finding]:
             ranks=ranks,
             location=normal.op.location if normal and normal.op else None,
             confidence=0.35 if other else 0.55,
-            evidence=[item.id, *(side_id(point, s) for s in gone)][:6],
+            evidence=[item.id, *(point.side_evidence_id(s) for s in gone)][:6],
             fix=f"Read rank {format_ranks(ranks)}'s own log or the launcher's exit report for "
             "its traceback, exit code or signal; -9/SIGKILL usually means the host OOM killer.",
             confirm=f"rank {format_ranks(ranks)} has no live process (the launcher reports its "

@@ -4,19 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from triage.flight_recorder import (
+from triage.models import Finding
+from triage.rulebook import EvidenceSet, rule
+from triage.rules._fr import (
     coverage,
-    describe_side,
     is_subgroup,
     location,
     majority,
     ranks_of,
-    side_id,
     stuck_groups,
     where,
 )
-from triage.models import Finding
-from triage.rulebook import EvidenceSet, rule
 from triage.text import format_ranks
 
 
@@ -59,7 +57,7 @@ def fr_rank_not_in_collective(evidence: EvidenceSet) -> Iterator[Finding]:
         normal = majority(point)
         idle = [s for s in point.sides if s.state == "idle"]
         lagging = [s for s in point.sides if s.state in ("lagging", "behind")]
-        waiting = describe_side(normal) if normal else "the other members wait in it"
+        waiting = normal.describe() if normal else "the other members wait in it"
         if idle:
             ranks = ranks_of(idle)
             first = idle[0]
@@ -74,13 +72,13 @@ def fr_rank_not_in_collective(evidence: EvidenceSet) -> Iterator[Finding]:
                 f"of group {point.group}",
                 summary=f"Flight Recorder, group {point.group} ({point.members} ranks), stuck at "
                 f"collective seq {point.seq}: {waiting}; "
-                + "; ".join(describe_side(s) for s in idle)
+                + "; ".join(s.describe() for s in idle)
                 + ".",
                 ranks=ranks,
                 location=location(first),
                 other_locations=[loc for loc in [location(normal)] if loc],
                 confidence=round((0.85 if all_wait else 0.7) * coverage(point), 3),
-                evidence=[item.id, *(side_id(point, s) for s in idle)][:6],
+                evidence=[item.id, *(point.side_evidence_id(s) for s in idle)][:6],
                 fix=f"Find what rank {format_ranks(ranks)} does after {last} (dump its stack: "
                 "`triage hang --pids` or py-spy dump); make every rank reach the collective"
                 f"{where(normal)}.",
@@ -98,12 +96,12 @@ def fr_rank_not_in_collective(evidence: EvidenceSet) -> Iterator[Finding]:
                 + f" collective seq {point.seq} of group {point.group}",
                 summary=f"Flight Recorder, group {point.group} ({point.members} ranks), stuck at "
                 f"collective seq {point.seq}: {waiting}; "
-                + "; ".join(describe_side(s) for s in lagging)
+                + "; ".join(s.describe() for s in lagging)
                 + ": its stream or host is stuck on earlier work.",
                 ranks=ranks,
                 location=location(lagging[0]),
                 confidence=round(0.6 * coverage(point), 3),
-                evidence=[item.id, *(side_id(point, s) for s in lagging)][:6],
+                evidence=[item.id, *(point.side_evidence_id(s) for s in lagging)][:6],
                 fix=f"Look at rank {format_ranks(ranks)}'s GPU: a kernel that never finishes, "
                 "a GPU fault (dmesg Xid), or a wait on another stream before the collective.",
                 confirm=f"rank {format_ranks(ranks)}'s GPU is busy (nvidia-smi) or its "

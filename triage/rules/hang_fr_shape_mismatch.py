@@ -4,18 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from triage.flight_recorder import (
-    coverage,
-    describe_side,
-    location,
-    ranks_of,
-    side_id,
-    split,
-    stuck_groups,
-    where,
-)
 from triage.models import Finding
 from triage.rulebook import EvidenceSet, rule
+from triage.rules._fr import coverage, location, ranks_of, split, stuck_groups, where
 from triage.text import format_ranks
 
 
@@ -70,13 +61,13 @@ def fr_shape_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
             cause_id="hang.shape_mismatch",
             title=f"rank {format_ranks(ranks)} entered {op} with other sizes or dtypes",
             summary=f"Flight Recorder, group {point.group} ({point.members} ranks), stuck at "
-            f"collective seq {point.seq}: {'; '.join(describe_side(s) for s in (normal, *odd))}."
+            f"collective seq {point.seq}: {'; '.join(s.describe() for s in (normal, *odd))}."
             + (" The sides are the same size; check both." if tie else ""),
             ranks=ranks,
             location=location(first),
             other_locations=[loc for loc in [location(normal)] if loc],
             confidence=round((0.6 if tie else 0.85) * coverage(point), 3),
-            evidence=[item.id, *(side_id(point, s) for s in odd)][:6],
+            evidence=[item.id, *(point.side_evidence_id(s) for s in odd)][:6],
             fix=f"Make the tensor passed to {op}{where(first)} the same shape and dtype on "
             "every rank (pad, or exchange sizes first).",
             confirm=f"rank {format_ranks(ranks)}'s {op} at seq {point.seq} records "

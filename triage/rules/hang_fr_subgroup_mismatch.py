@@ -4,19 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from triage.flight_recorder import (
+from triage.models import Finding
+from triage.rulebook import EvidenceSet, rule
+from triage.rules._fr import (
     coverage,
-    describe_side,
     is_subgroup,
     location,
     majority,
     ranks_of,
-    side_id,
     stuck_groups,
     where,
 )
-from triage.models import Finding
-from triage.rulebook import EvidenceSet, rule
 from triage.text import format_ranks
 
 _ABSENT = ("no_group", "elsewhere", "idle")
@@ -65,7 +63,7 @@ def fr_subgroup_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
         confidence = 0.85 if states <= {"no_group", "elsewhere"} else 0.75
         if point.membership == "observed":
             confidence *= 0.9
-        sides = "; ".join(describe_side(s) for s in (normal, *absent) if s)
+        sides = "; ".join(s.describe() for s in (normal, *absent) if s)
         yield Finding(
             rule_id="fr.subgroup_mismatch",
             cause_id="hang.subgroup_mismatch",
@@ -77,7 +75,7 @@ def fr_subgroup_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
             location=location(first),
             other_locations=[loc for loc in [location(normal)] if loc],
             confidence=round(confidence * coverage(point), 3),
-            evidence=[item.id, *(side_id(point, s) for s in absent)][:6],
+            evidence=[item.id, *(point.side_evidence_id(s) for s in absent)][:6],
             fix=f"Make every member of group {point.group} enter its collective"
             f"{where(normal)} (or leave rank {format_ranks(ranks)} out of the group); call "
             "new_group on every rank in the same order.",

@@ -23,9 +23,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from triage.environment_facts import is_virtual_interface
 from triage.signatures import signature
-
-_VIRTUAL_IF = re.compile(r"^(?:docker|lo$|lo:|virbr|veth|br-|cali|cni|flannel)")
 
 
 def address_kind(address: str) -> str | None:
@@ -38,11 +37,6 @@ def address_kind(address: str) -> str | None:
     if host.startswith(("fe80:", "169.254.")):
         return "link-local"
     return None
-
-
-def is_virtual_interface(name: str) -> bool:
-    """docker0, lo, virbr0, veth*, br-*, CNI bridges: interfaces that do not leave the host."""
-    return bool(_VIRTUAL_IF.match(name))
 
 
 # --- facts (NCCL_DEBUG=INFO) ------------------------------------------------------------

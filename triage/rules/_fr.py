@@ -1,0 +1,65 @@
+"""What the Flight Recorder hang rules share: the stuck points and how to read their sides."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from triage.models import Evidence, Location
+from triage.observations import FRSide, FRStuckGroup
+from triage.rulebook import EvidenceSet
+
+UNSEEN = ("no_dump", "unreadable", "unknown")
+
+
+def stuck_groups(evidence: EvidenceSet) -> list[tuple[Evidence, FRStuckGroup]]:
+    """Stuck points that are causes, not victims of another group's stuck point."""
+    return [(e, p) for e, p in evidence.payloads("fr_stuck", FRStuckGroup) if p.root]
+
+
+def majority(point: FRStuckGroup) -> FRSide | None:
+    return next((s for s in point.sides if s.state == "waiting"), None)
+
+
+def coverage(point: FRStuckGroup) -> float:
+    """Confidence shrinks with the members whose state the dumps do not show."""
+    unseen = sum(len(s.ranks) for s in point.sides if s.state in UNSEEN) + point.more_ranks
+    return 1.0 - 0.4 * unseen / max(1, point.members)
+
+
+def is_subgroup(point: FRStuckGroup) -> bool:
+    return point.members < point.world
+
+
+def split(point: FRStuckGroup, state: str) -> tuple[FRSide | None, list[FRSide], bool]:
+    """(the side others agree with, the outlier sides in `state`, whether it was a tie).
+
+    On a tie, the side whose op the group never ran before is the odd one: a collective
+    under a rank-dependent branch is new, the loop's own collective is not."""
+    normal = majority(point)
+    odd = [s for s in point.sides if s.state == state]
+    if normal is None or not odd:
+        return normal, odd, False
+    contenders = [s for s in (normal, *odd) if len(s.ranks) == len(normal.ranks)]
+    if len(contenders) == 1:
+        return normal, odd, False
+    novel = [s for s in contenders if s.novel]
+    if len(novel) == 1 and len(contenders) == 2:
+        other = next(s for s in contenders if s is not novel[0])
+        return other, novel, False
+    return normal, odd, True
+
+
+def where(side: FRSide | None) -> str:
+    if side is None or side.op is None or side.op.location is None:
+        return ""
+    loc = side.op.location
+    return f" at {Path(loc.file).name}:{loc.line}"
+
+
+def location(side: FRSide | None) -> Location | None:
+    return side.op.location if side is not None and side.op is not None else None
+
+
+def ranks_of(sides: Iterable[FRSide]) -> list[int]:
+    return sorted({r for s in sides for r in s.ranks})
