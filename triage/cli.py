@@ -16,9 +16,11 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 
 from triage.errors import TriageError
+from triage.llm import DEFAULT_MODEL
 
 if TYPE_CHECKING:
     from triage.models import Report
+    from triage.playbooks import Playbook
 
 app = typer.Typer(
     name="triage",
@@ -105,6 +107,26 @@ def main_options(
     _plugin_dirs[:] = list(plugins or [])
 
 
+LlmOpt = Annotated[
+    bool,
+    typer.Option(
+        "--llm",
+        help="Let a model (Anthropic API, ANTHROPIC_API_KEY) review the rules' report and"
+        " gather more evidence with read-only tools; the rules' report stands if it fails.",
+    ),
+]
+ModelOpt = Annotated[str, typer.Option("--model", help="Anthropic model for --llm and chat.")]
+
+
+def _refine(report: Report, playbook: Playbook, model: str) -> Report:
+    """The `--llm` pass; on any failure the rules' report, with a note on stderr too."""
+    from triage.llm import refine_report
+
+    return refine_report(
+        report, playbook, model, warn=lambda note: typer.echo(f"triage: {note}", err=True)
+    )
+
+
 @app.command()
 def hang(
     pid_args: Annotated[
@@ -116,6 +138,8 @@ def hang(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     fmt: Annotated[Format, typer.Option("--format", help="Report format.")] = Format.terminal,
+    llm: LlmOpt = False,
+    model: ModelOpt = DEFAULT_MODEL,
     timeout: Annotated[float, typer.Option(help="Seconds per py-spy dump.")] = 10.0,
     flight_recorder: Annotated[
         list[str] | None,
@@ -127,11 +151,18 @@ def hang(
         list[str] | None,
         typer.Option("--logs", help="Rank logs, NCCL debug files or folders to read too."),
     ] = None,
+    signal_probe: Annotated[
+        bool,
+        typer.Option(
+            "--signal-probe",
+            help="Ask ranks running triage.probe (only those) for an in-process snapshot"
+            " with its signal (SIGUSR1).",
+        ),
+    ] = False,
 ) -> None:
     """Diagnose a hung job from its live rank processes (py-spy stacks of every rank),
     with its Flight Recorder dumps and logs when given."""
-    from triage.engine import triage
-    from triage.playbooks import get_playbook
+    from triage.diagnose import job_targets, run_playbook, select_playbook
 
     all_pids = _split_ints((pids or []) + (pid_args or []), "--pids")
     if not all_pids and launcher_pid is None and not (flight_recorder or logs):
@@ -139,15 +170,20 @@ def hang(
             "give the job's processes (--pids PID... or --launcher-pid PID)"
             " or its evidence (--flight-recorder DIR, --logs PATH)"
         )
-    playbook = get_playbook("hang", _plugin_dirs)
+    playbook, by_symptom = select_playbook("hang", _plugin_dirs)
     _load(playbook.causes)
-    targets: dict[str, Any] = {
-        "pids": all_pids,
-        "launcher_pid": launcher_pid,
-        "timeout_s": timeout,
-        "paths": (flight_recorder or []) + (logs or []),
-    }
-    report = triage(playbook, targets)
+    probed = None
+    if signal_probe:
+        from triage.probe_signal import ask
+
+        probed = ask(all_pids, launcher_pid)
+    paths = [*(logs or []), *(probed.evidence_paths() if probed else [])]
+    targets = job_targets(paths, all_pids, launcher_pid, flight_recorder or [], timeout)
+    report = run_playbook(playbook, by_symptom, targets)
+    if probed is not None:
+        probed.apply(report)
+    if llm:
+        report = _refine(report, by_symptom.get(report.symptom, playbook), model)
     emit(report, Format.json if as_json else fmt)
     if not report.evidence:
         typer.echo("triage: error: no evidence could be gathered (see gaps)", err=True)
@@ -183,9 +219,11 @@ def analyze(
     pids: PidsOpt = None,
     as_json: JsonOpt = False,
     fmt: FormatOpt = Format.terminal,
+    llm: LlmOpt = False,
+    model: ModelOpt = DEFAULT_MODEL,
 ) -> None:
     """Name the cause from logs, tracebacks, NCCL output, launcher reports and dumps."""
-    _analyze(paths, symptom, pids, Format.json if as_json else fmt)
+    _analyze(paths, symptom, pids, Format.json if as_json else fmt, model if llm else None)
 
 
 def _fixed_symptom(name: str, symptom: Symptom, summary: str) -> None:
@@ -196,8 +234,10 @@ def _fixed_symptom(name: str, symptom: Symptom, summary: str) -> None:
         pids: PidsOpt = None,
         as_json: JsonOpt = False,
         fmt: FormatOpt = Format.terminal,
+        llm: LlmOpt = False,
+        model: ModelOpt = DEFAULT_MODEL,
     ) -> None:
-        _analyze(paths, symptom, pids, Format.json if as_json else fmt)
+        _analyze(paths, symptom, pids, Format.json if as_json else fmt, model if llm else None)
 
     command.__doc__ = f"`analyze --symptom {symptom.value}`: {summary}"
     app.command(name)(command)
@@ -209,27 +249,24 @@ _fixed_symptom("wrong-results", Symptom.wrong, "diverging replicas, unused param
 
 
 def _analyze(
-    paths: list[str], symptom: Symptom | None, pids: list[str] | None, fmt: Format
+    paths: list[str],
+    symptom: Symptom | None,
+    pids: list[str] | None,
+    fmt: Format,
+    llm_model: str | None = None,
 ) -> None:
     import tempfile
 
-    from triage.engine import analyze, triage
-    from triage.playbooks import load_playbooks
+    from triage.diagnose import job_targets, run_playbook, select_playbook
 
     all_pids = _split_ints(pids or [], "--pids")
-    playbooks = load_playbooks(_plugin_dirs)
-    by_symptom = {p.symptom: p for p in playbooks.values() if p.name != "analyze"}
-    chosen = playbooks["analyze"] if symptom is None else by_symptom.get(symptom.value)
-    if chosen is None:
-        raise UsageError(f"no playbook for symptom {symptom.value if symptom else '?'!r}")
+    chosen, by_symptom = select_playbook(symptom.value if symptom else None, _plugin_dirs)
     _load(chosen.causes)
     with tempfile.TemporaryDirectory(prefix="triage-stdin-") as scratch:
         files = [_stdin_to(Path(scratch)) if p == "-" else p for p in paths]
-        targets: dict[str, Any] = {"paths": files, "pids": all_pids}
-        if symptom is None:
-            report = analyze(chosen, by_symptom, targets)
-        else:
-            report = triage(chosen, targets)
+        report = run_playbook(chosen, by_symptom, job_targets(files, all_pids))
+        if llm_model is not None:  # inside: the model's tools may read the pasted text
+            report = _refine(report, by_symptom.get(report.symptom, chosen), llm_model)
         report.targets["paths"] = paths
         if "-" in paths:
             from triage.models import Report
@@ -251,6 +288,29 @@ def _stdin_to(folder: Path) -> str:
         while chunk := sys.stdin.buffer.read(1 << 20):
             out.write(chunk)
     return str(target)
+
+
+@app.command()
+def chat(
+    evidence: Annotated[
+        list[str] | None,
+        typer.Option("--evidence", help="Logs, dumps or folders to start from (repeatable)."),
+    ] = None,
+    pids: Annotated[
+        list[str] | None, typer.Option("--pids", help="The job's live rank pids.")
+    ] = None,
+    model: ModelOpt = DEFAULT_MODEL,
+) -> None:
+    """On-call assistant: starts from the rules' report, answers questions, runs tools.
+
+    Reads commands and questions from stdin (/help lists the commands); /save writes the
+    report and the transcript as markdown for the incident ticket. Without
+    ANTHROPIC_API_KEY it is a guided shell over the tools and playbooks.
+    """
+    from triage.chat import run_chat
+
+    _load()
+    run_chat(evidence or [], _split_ints(pids or [], "--pids"), model, _plugin_dirs)
 
 
 @app.command()
@@ -323,6 +383,26 @@ def run(
     except RunError as exc:
         fail(str(exc), exc.exit_code)
     raise typer.Exit(code)
+
+
+@app.command("mcp")
+def mcp_command() -> None:
+    """Serve the read-only tools and `triage_report` to MCP clients over stdio.
+
+    Register it with an agent, e.g. `claude mcp add triage -- triage mcp`.
+    """
+    import contextlib
+
+    try:
+        from triage.mcp_server import serve
+    except ModuleNotFoundError as exc:
+        if exc.name != "mcp" and not (exc.name or "").startswith("mcp."):
+            raise
+        fail("`triage mcp` needs the MCP SDK: pip install 'triage[mcp]'", 1)
+    # stdout is the protocol's from here on: a plugin that prints on import must not break it.
+    with contextlib.redirect_stdout(sys.stderr):
+        _load()
+    serve(_plugin_dirs)
 
 
 @tools_app.command("list")
@@ -450,7 +530,7 @@ def skill_install(
     ] = None,
 ) -> None:
     """Install the triage skill (SKILL.md and what it references) for coding agents."""
-    from triage.skill import install_skill
+    from triage.skill import install_skill, mcp_hint
 
     if project and user:
         raise UsageError("choose one of --project and --user")
@@ -462,6 +542,7 @@ def skill_install(
         raise UsageError(str(exc)) from exc
     for path in installed:
         typer.echo(f"installed {path}")
+    typer.echo(mcp_hint())
 
 
 def main() -> None:

@@ -100,6 +100,41 @@ class RankGroup(Contract):
     location: Location | None = None
 
 
+class LlmToolCall(Contract):
+    """One tool call a model asked for, as made (or refused) on this machine."""
+
+    tool: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    status: str = Field(description="The tool's status (ok/error/no_data) or 'refused'.")
+    detail: str = Field(default="", description="The error or why the call was refused.")
+    evidence_ids: list[str] = Field(default_factory=list)
+
+
+class LlmRun(Contract):
+    """What an LLM pass over the report did and cost: enough to audit it from the JSON."""
+
+    model: str
+    steps: int = Field(default=0, description="Requests sent to the Messages API.")
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    tool_calls: list[LlmToolCall] = Field(default_factory=list)
+    outcome: str = Field(
+        description="'report' when the model's report was accepted, else 'fallback: <why>'."
+    )
+    explanation: str = Field(default="", description="The model's reasoning, in its words.")
+
+    @property
+    def total_tokens(self) -> int:
+        return (
+            self.input_tokens
+            + self.output_tokens
+            + self.cache_creation_input_tokens
+            + self.cache_read_input_tokens
+        )
+
+
 class Report(Contract):
     """What `triage` concluded: hypotheses best first, and everything they rest on."""
 
@@ -114,6 +149,9 @@ class Report(Contract):
     gaps: list[Gap] = Field(default_factory=list)
     next_steps: list[str] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
+    llm: LlmRun | None = Field(
+        default=None, description="The LLM pass (--llm, chat): model, tokens, tool calls."
+    )
 
     @property
     def verdict(self) -> Finding | None:

@@ -15,15 +15,19 @@ from typing import Any
 MASK = "[REDACTED]"
 
 SECRET_NAME = re.compile(
-    r"(?i)token|secret|passw|credential|api_?key|access_?key|private|auth|cookie|"
-    r"session|signature|(?:^|[_-])key(?:[_-]|$)"
+    r"(?i)token|secret|passw|credential|api_?key|access_?key|account_?key|private|auth|"
+    r"cookie|session|signature|(?:^|[_-])key(?:[_-]|$)"
 )
 
 _SHAPES = [
     re.compile(
         r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)", re.S
     ),
-    re.compile(r"\bsk-[A-Za-z0-9_\-]{16,}"),
+    re.compile(r"\bsk-[A-Za-z0-9_\-]{16,}"),  # Anthropic (sk-ant-...), OpenAI
+    re.compile(r"\b[sr]k_(?:live|test)_[A-Za-z0-9]{16,}"),  # Stripe
+    re.compile(r"\bnpm_[A-Za-z0-9]{30,}"),
+    re.compile(r"\bpypi-[A-Za-z0-9_\-]{40,}"),
+    re.compile(r"\bya29\.[A-Za-z0-9_\-]{20,}"),  # Google OAuth access tokens
     re.compile(r"\b(?:ghp|gho|ghu|ghs|ghr|github_pat)_[A-Za-z0-9_]{20,}"),
     re.compile(r"\bxox[abposr]-[A-Za-z0-9\-]{10,}"),
     re.compile(r"\bhf_[A-Za-z0-9]{30,}"),
@@ -34,16 +38,23 @@ _SHAPES = [
     re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/\-]{12,}=*"),
 ]
 # `NAME=value`, `name: value`, `"name": "value"`, `--name value` where NAME looks secret.
+# A quoted value is masked up to its closing quote (or the end of the line), spaces and
+# all; quotes may be backslash-escaped, as in a log line that holds JSON.
 _ASSIGNMENT = re.compile(
-    r"""(?P<key>["']?(?:--)?[A-Za-z_][A-Za-z0-9_.\-]*["']?)(?P<sep>\s*[=:]\s*|\s+)"""
-    r"""(?P<quote>["']?)(?P<value>[^\s"',;}]+)"""
+    r"""(?P<key>\\?["']?(?:--)?[A-Za-z_][A-Za-z0-9_.\-]*\\?["']?)(?P<sep>\s*[=:]\s*|\s+)"""
+    r"""(?:(?P<dopen>\\?")(?P<dq>[^"\n]*)"?|(?P<sopen>\\?')(?P<sq>[^'\n]*)'?|(?P<value>[^\s"',;}]+))"""
+)
+# `Authorization: Basic dXNlcjpwYXNz`: the credential follows the scheme word.
+_AUTH_HEADER = re.compile(
+    r"(?i)(?P<head>\b(?:proxy-)?authorization\s*[:=]\s*(?:[A-Za-z\-]+\s+)?)"
+    r"(?P<value>[^\s\"',;]+)"
 )
 _URL_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.\-]*://[^/\s:@]+:)[^/\s@]+@")
 
 
 def is_secret_name(name: str) -> bool:
     """A variable, key or option whose value must never leave the host."""
-    return bool(SECRET_NAME.search(name.strip("\"'-")))
+    return bool(SECRET_NAME.search(name.strip("\\\"'-")))
 
 
 def redact_text(text: str) -> str:
@@ -51,15 +62,28 @@ def redact_text(text: str) -> str:
     for shape in _SHAPES:
         text = shape.sub(MASK, text)
     text = _URL_PASSWORD.sub(lambda m: m["scheme"] + MASK + "@", text)
+    text = _AUTH_HEADER.sub(lambda m: m[0] if m["value"] == MASK else m["head"] + MASK, text)
 
-    def assignment(m: re.Match[str]) -> str:
-        if not is_secret_name(m["key"]) or m["value"] == MASK:
-            return m[0]
-        if m["sep"].strip() == "" and not m["key"].startswith(("--", "-")):
-            return m[0]  # `auth failed` is prose, not `--auth value`
-        return f"{m['key']}{m['sep']}{m['quote']}{MASK}"
+    return _mask_assignments(text)
 
-    return _ASSIGNMENT.sub(assignment, text)
+
+def _mask_assignments(text: str) -> str:
+    """Mask the value after each secret-named key. A key that is not secret gives up only
+    its own text, so `failed: HF_TOKEN=...` still reaches the scan at `HF_TOKEN`."""
+    out: list[str] = []
+    pos = 0
+    while m := _ASSIGNMENT.search(text, pos):
+        inner = next(g for g in ("value", "dq", "sq") if m[g] is not None)
+        prose = m["sep"].strip() == "" and not m["key"].startswith("-")  # `auth failed`
+        if not is_secret_name(m["key"]) or prose or m[inner].rstrip("\\") in (MASK, ""):
+            out.append(text[pos : m.end("key")])
+            pos = m.end("key")
+            continue
+        opening = m["dopen"] or m["sopen"] or ""
+        closing = text[m.end(inner) : m.end()]
+        out.append(f"{text[pos : m.start()]}{m['key']}{m['sep']}{opening}{MASK}{closing}")
+        pos = m.end()
+    return "".join(out) + text[pos:]
 
 
 def redact_value(value: Any, key: str | None = None) -> Any:

@@ -41,9 +41,14 @@ class ToolOutput:
 
 @dataclass
 class ToolSpec:
+    """A registered tool. `read_only` is a promise that it never kills, signals or writes
+    into the job (pausing a process for a stack dump is allowed): the LLM loop and the
+    MCP server offer only such tools to a model."""
+
     name: str
     description: str
     func: Callable[..., ToolOutput]
+    read_only: bool = True
     _model: type[BaseModel] | None = None
 
     @property
@@ -105,10 +110,16 @@ class Registry:
         except Exception as exc:  # a broken tool module costs its tools, not the report
             self._broken[name] = f"{module} failed to import: {type(exc).__name__}: {exc}"
 
-    def register(self, func: Callable[..., ToolOutput], name: str, description: str) -> ToolSpec:
+    def register(
+        self,
+        func: Callable[..., ToolOutput],
+        name: str,
+        description: str,
+        read_only: bool = True,
+    ) -> ToolSpec:
         if name in self._tools and self._tools[name].func is not func:
             raise ValueError(f"tool {name!r} is registered twice")
-        spec = ToolSpec(name, description, func)
+        spec = ToolSpec(name, description, func, read_only)
         self._tools[name] = spec
         return spec
 
@@ -177,14 +188,18 @@ REGISTRY = Registry()
 
 
 def tool(
-    name: str | None = None, description: str | None = None
+    name: str | None = None, description: str | None = None, read_only: bool = True
 ) -> Callable[[Callable[..., ToolOutput]], Callable[..., ToolOutput]]:
-    """Register a function as a tool; its docstring's first paragraph describes it."""
+    """Register a function as a tool; its docstring's first paragraph describes it.
+
+    Pass `read_only=False` for a tool that acts on the job (signals a rank, writes a
+    file): models are never offered it.
+    """
 
     def decorate(func: Callable[..., ToolOutput]) -> Callable[..., ToolOutput]:
         doc = inspect.getdoc(func) or ""
         summary = description or doc.split("\n\n", 1)[0].replace("\n", " ")
-        REGISTRY.register(func, name or func.__name__, summary)
+        REGISTRY.register(func, name or func.__name__, summary, read_only)
         return func
 
     return decorate

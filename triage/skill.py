@@ -8,8 +8,12 @@ checkout and an installed wheel install the same skill.
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import re
+import shlex
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -132,3 +136,28 @@ def install_skill(
     playbooks = bundled_dir("playbooks")
     name = skill_name(skill_md)
     return [_install_one(d, name, skill_md, playbooks) for d in dirs]
+
+
+def mcp_server_command() -> list[str]:
+    """How an agent starts `triage mcp`: by name when PATH finds `triage`, else through this
+    interpreter, which has triage installed (a virtual environment that is not activated)."""
+    if shutil.which("triage"):
+        return ["triage", "mcp"]
+    return [sys.executable, "-m", "triage", "mcp"]
+
+
+def mcp_hint() -> str:
+    """What to run so an agent that speaks MCP can call triage's tools, printed after install."""
+    argv = mcp_server_command()
+    config = {"mcpServers": {"triage": {"command": argv[0], "args": argv[1:]}}}
+    missing = importlib.util.find_spec("mcp") is None
+    return "\n".join(
+        [
+            "Agents that speak MCP can also call triage's tools through `triage mcp`"
+            + (" (first: pip install 'triage[mcp]')" if missing else "")
+            + ":",
+            f"  Claude Code: claude mcp add triage -- {shlex.join(argv)}",
+            f"  Codex:       codex mcp add triage -- {shlex.join(argv)}",
+            f"  Any other client (its mcpServers JSON): {json.dumps(config)}",
+        ]
+    )

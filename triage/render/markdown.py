@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from triage.grouping import merged_stacks
-from triage.models import Report
-from triage.render import confidence_label
+from triage.models import LlmRun, Report
+from triage.render import call_signature, confidence_label, llm_lines
 from triage.rulebook import EvidenceSet
 from triage.text import format_ranks
 
@@ -79,6 +79,30 @@ def render_markdown(report: Report) -> str:
         )
     if report.next_steps:
         out += ["## Next steps", ""] + [f"1. {s}" for s in report.next_steps] + [""]
+    if report.notes:
+        out += ["## Notes", ""] + [f"- {note}" for note in report.notes] + [""]
     out += ["## Tool runs", "", "| tool | status | seconds |", "|---|---|---|"]
     out += [f"| {r.tool} | {r.status.value} | {r.duration_s:.2f} |" for r in report.tool_runs]
+    if report.llm is not None:
+        out += ["", *llm_section(report.llm)]
     return "\n".join(out) + "\n"
+
+
+def llm_section(run: LlmRun) -> list[str]:
+    """What the model did, for the ticket: outcome, tokens, each tool call it made."""
+    head, usage = llm_lines(run)[:2]
+    out = ["## LLM review", "", f"- **Model:** {head}", f"- **Usage:** {usage}"]
+    if run.explanation:
+        out += ["", "> " + run.explanation.replace("\n", "\n> ")]
+    if run.tool_calls:
+        out += ["", "| tool call | status | evidence |", "|---|---|---|"]
+        for call in run.tool_calls:
+            status = call.status + (f": {call.detail}" if call.detail else "")
+            out.append(
+                f"| `{_cell(call_signature(call))}` | {_cell(status)} | {len(call.evidence_ids)} |"
+            )
+    return out
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")

@@ -9,9 +9,9 @@ from rich.text import Text
 
 from triage.grouping import merged_stacks
 from triage.models import Finding, Location, Report
-from triage.render import confidence_label, short_path
+from triage.render import confidence_label, llm_lines, short_path
 from triage.rulebook import EvidenceSet
-from triage.text import format_ranks
+from triage.text import bound_text, format_ranks
 
 MAX_EVIDENCE_LINES = 12
 
@@ -120,6 +120,15 @@ def _evidence_lines(report: Report) -> list[str]:
     return shown
 
 
+def _llm(report: Report) -> RenderableType | None:
+    if report.llm is None:
+        return None
+    lines = llm_lines(report.llm)
+    if report.llm.explanation:
+        lines.append(f"explanation: {bound_text(report.llm.explanation, 1200)}")
+    return _bullets("LLM review", lines, "magenta")
+
+
 def build(report: Report) -> Group:
     evidence = _evidence_lines(report)
     gaps = [f"{g.source}: {g.reason}" + (f" ({g.hint})" if g.hint else "") for g in report.gaps]
@@ -132,6 +141,7 @@ def build(report: Report) -> Group:
         _bullets("Gaps (not seen)", gaps, "yellow"),
         _bullets("Next steps", report.next_steps),
         _bullets("Notes", report.notes, "dim"),
+        _llm(report),
     ]
     return Group(*[p for p in parts if p is not None])
 
