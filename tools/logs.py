@@ -19,7 +19,7 @@ from typing import Any
 
 from triage.logscan import MAX_LINE, ScanResult, learn_ranks, scan_file
 from triage.models import Evidence, Gap
-from triage.observations import LogFile, RankState, TracebackRecord
+from triage.observations import LogFile, RankState, TracebackRecord, is_probe_snapshot
 from triage.registry import ToolError, ToolOutput, tool
 from triage.stacks import classify
 from triage.text import bound_text
@@ -30,7 +30,8 @@ MAX_ERROR_FILE = 16 << 20
 
 
 def sniff(path: Path) -> str:
-    """'log', 'pickle', 'json', 'elastic_error', 'empty' or 'binary', from the first bytes."""
+    """'log', 'pickle', 'json', 'elastic_error', 'probe_snapshot', 'empty' or 'binary', from
+    the first bytes."""
     try:
         with path.open("rb") as handle:
             head = handle.read(SNIFF)
@@ -40,6 +41,8 @@ def sniff(path: Path) -> str:
         return "empty"
     if head[0] == 0x80 and len(head) > 1 and 2 <= head[1] <= 5:
         return "pickle"
+    if is_probe_snapshot(head):  # even one cut off while written: its reader says so
+        return "probe_snapshot"
     if head.lstrip()[:1] in (b"{", b"[") and _looks_like_json(head):
         if b'"message"' in head and (b'"extraInfo"' in head or b'"py_callstack"' in head):
             return "elastic_error"
@@ -96,7 +99,8 @@ def _walk(paths: list[str]) -> tuple[list[Path], list[Gap]]:
 @tool(name="collect_files")
 def collect_files(paths: list[str]) -> ToolOutput:
     """Sort the given files and folders (recursively) by content: text logs, torchelastic
-    error files, JSON and pickle dumps (Flight Recorder, memory snapshots), binary files.
+    error files, triage.probe snapshots, JSON and pickle dumps (Flight Recorder, memory
+    snapshots), binary files.
     Later tools read each kind; nothing is opened for writing."""
     if not paths:
         raise ToolError("no files to read", "pass log files, folders or - for stdin")
@@ -125,6 +129,7 @@ def collect_files(paths: list[str]) -> ToolOutput:
         "log_files": kinds.get("log", []) + kinds.get("elastic_error", []),
         "pickle_files": kinds.get("pickle", []),
         "json_files": kinds.get("json", []),
+        "snapshot_files": kinds.get("probe_snapshot", []),
     }
     return ToolOutput(gaps=gaps, context={k: v for k, v in context.items() if v}, text=text)
 

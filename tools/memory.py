@@ -27,7 +27,14 @@ from typing import Any
 from triage.flight_recorder import looks_like_dump
 from triage.logscan import file_origin
 from triage.models import Evidence, Gap
-from triage.observations import AllocationSite, Frame, GrowthPoint, MemoryDump, MemoryGrowth
+from triage.observations import (
+    AllocationSite,
+    Frame,
+    GrowthPoint,
+    MemoryDump,
+    MemoryGrowth,
+    is_probe_snapshot,
+)
 from triage.registry import ToolError, ToolOutput, tool
 from triage.safe_pickle import MAX_PICKLE_BYTES, UntrustedPickleError, read_bounded
 from triage.safe_pickle import load_untrusted as _load_pickle
@@ -117,8 +124,8 @@ def _read_if_memory(path: Path, limit: int, markers: tuple[bytes, ...]) -> bytes
     when their head looks like memory data and skipped otherwise."""
     with path.open("rb") as handle:
         head = handle.read(PEEK)
-    if looks_like_dump(head):
-        raise _NotMemory  # a Flight Recorder dump: its own tool reads it, without a full read
+    if looks_like_dump(head) or is_probe_snapshot(head):
+        raise _NotMemory  # a Flight Recorder dump or probe snapshot: each has its own tool
     if path.stat().st_size > limit:
         if any(marker in head for marker in markers):
             raise _Unreadable(f"over the {limit}-byte limit for memory dumps: not loaded")

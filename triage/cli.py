@@ -357,6 +357,14 @@ def run(
     kill_on_hang: Annotated[
         bool, typer.Option("--kill-on-hang", help="Kill the job after triaging a hang.")
     ] = False,
+    signal_probe: Annotated[
+        bool,
+        typer.Option(
+            "--signal-probe/--no-signal-probe",
+            help="On a hang, ask the ranks that imported triage.probe (only those) for a"
+            " Flight Recorder dump and an in-process snapshot with its signal.",
+        ),
+    ] = True,
     as_json: JsonOpt = False,
 ) -> None:
     """Run a job with debug logging and Flight Recorder on; triage it if it fails or hangs.
@@ -373,6 +381,7 @@ def run(
         hang_after=hang_after,
         debug_detail=debug_detail,
         kill_on_hang=kill_on_hang,
+        signal_probe=signal_probe,
         as_json=as_json,
         plugin_dirs=_plugin_dirs,
     )

@@ -1214,11 +1214,7 @@ def analyze_dumps(dumps: Iterable[RankDump], unreadable_ranks: Iterable[int] = (
         if kept is None:
             by_rank[dump.rank] = dump
             continue
-        # the fuller dump wins; a pickle (it has stacks) over its JSON twin
-        if (dump.entries, not dump.path.endswith(".json")) > (
-            kept.entries,
-            not kept.path.endswith(".json"),
-        ):
+        if _recency(dump) > _recency(kept):
             by_rank[dump.rank] = dump
             duplicates.append((dump.path, kept.path))
         else:
@@ -1232,6 +1228,14 @@ def analyze_dumps(dumps: Iterable[RankDump], unreadable_ranks: Iterable[int] = (
     _roots(stuck)
     stuck.sort(key=lambda p: (not p.root, -len(p.group.members), p.group.name))
     return Analysis(by_rank, world, missing, groups, stuck[:MAX_STUCK], p2p, duplicates)
+
+
+def _recency(dump: RankDump) -> tuple[int, int, bool]:
+    """Of two dumps of one rank, the later one wins (a rank dumped again, by a probe at each
+    snapshot or by hand); then the fuller one; then a pickle (it has stacks) over its JSON twin.
+    Record ids grow through a process's life, so the newest entry dates a dump."""
+    newest = dump.last.record if dump.last is not None else -1
+    return newest, dump.entries, not dump.path.endswith(".json")
 
 
 def _groups(dumps: Mapping[int, RankDump], unreadable: set[int]) -> list[GroupInfo]:

@@ -582,7 +582,9 @@ class ProbeSnapshot(Payload):
         default=None, description="Counters of torch.cuda.memory_stats() for this rank's device."
     )
     flight_recorder: str | None = Field(
-        default=None, description="File name of the Flight Recorder dump written beside it."
+        default=None,
+        description="Path of the Flight Recorder dump, relative to the snapshot's folder: the"
+        " signal path's dump, or one beside it (snapshot(flight_recorder=True)).",
     )
     stacks: list[ThreadStack] = Field(default_factory=list)
     environment: dict[str, str] = Field(
@@ -608,10 +610,16 @@ class SnapshotSummary(Payload):
     backend: str | None = None
     model: str | None = None
     wrappers: list[str] = Field(default_factory=list)
-    meshes: list[MeshRecord] = Field(default_factory=list)
+    meshes: list[MeshRecord] = Field(
+        default_factory=list, description="Left out when they hold hundreds of ranks."
+    )
     parameters: int = 0
     buffers: int = 0
     grads: int = Field(default=0, description="Trainable parameters that hold a .grad.")
+    optimizer: str | None = Field(default=None, description="The optimizer's class.")
+    optimizer_state: int | None = Field(
+        default=None, description="Tensors in the optimizer's state (0 before the first step)."
+    )
     without_grad: list[str] = Field(
         default_factory=list, description="Trainable parameters with no .grad (bounded)."
     )
@@ -709,6 +717,11 @@ class ReplicaCheck(Payload):
     )
     ranks_with_grads: int = Field(
         default=0, description="Ranks holding any gradient (a backward ran since zero_grad)."
+    )
+    stepped: bool | None = Field(
+        default=None,
+        description="True: an optimizer that keeps state (Adam, SGD with momentum) holds some "
+        "on a rank, so a step ran before this call; False: it holds none yet; None: unknown.",
     )
     partial: list[str] = Field(
         default_factory=list, description="Tensors held as Partial (pending reduction); bounded."

@@ -37,6 +37,14 @@ from triage.engine import analyze, triage
 from triage.errors import TriageError
 from triage.models import Gap, Report
 from triage.playbooks import Playbook, load_playbooks
+from triage.probe_signal import (
+    DUMP_DIR_ENV,
+    SAFE_SIGNALS,
+    catches,
+    snapshot_dir,
+    snapshots_of,
+    wait_for_snapshots,
+)
 from triage.registry import REGISTRY
 from triage.render import render_json
 from triage.render.markdown import render_markdown
@@ -46,6 +54,7 @@ DEFAULT_HANG_AFTER_S = 300.0
 LAUNCHER_LOG = "launcher.log"
 FR_DIR = "fr"
 NCCL_DIR = "nccl"
+PROBE_DIR = "probe"
 TORCHRUN_DIR = "torchrun"
 #: torch's own default name for Flight Recorder dump files; triage.probe writes the same.
 FR_PREFIX = "nccl_trace_rank_"
@@ -60,8 +69,6 @@ PROBE_WAIT_S = 10.0
 KILL_GRACE_S = 5.0
 _PEER_WAITS = {"collective", "p2p", "group_setup"}
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
-#: What a probe may ask to be sent: signals that mean nothing else to a process.
-_DUMP_SIGNALS = {signal.SIGUSR1, signal.SIGUSR2, *range(signal.SIGRTMIN, signal.SIGRTMAX + 1)}
 _LAUNCHER_MODULES = {
     "torch.distributed.run",
     "torch.distributed.launch",
@@ -121,6 +128,8 @@ def settings(out: Path, debug_detail: bool, torch: tuple[int, int] | None) -> li
         Setting(("NCCL_DEBUG_FILE",), str(nccl / "nccl.%h.%p")),
         # where triage.probe writes its dumps (gloo has no dump of its own on a hang)
         Setting((PROBE_DIR_ENV,), str(fr)),
+        # ... and its snapshots (the job's own probe.snapshot() calls, and on the signal)
+        Setting((DUMP_DIR_ENV,), str(out / PROBE_DIR)),
         # torchrun --tee 3 --log-dir: every line says its rank; per-rank logs and error files
         Setting(("PET_TEE",), "3"),
         Setting(("PET_LOG_DIR",), str(out / TORCHRUN_DIR)),
@@ -443,18 +452,6 @@ def _marker(fr_dir: Path, pid: int) -> dict[str, Any] | None:
     return data if isinstance(data, dict) and data.get("pid") == pid else None
 
 
-def _catches(pid: int, signum: int) -> bool:
-    """Whether the process has a handler for `signum` right now (/proc's SigCgt mask)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
-    for line in status.splitlines():
-        if line.startswith("SigCgt:"):
-            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
-    return False
-
-
 def signal_probes(pids: list[int], fr_dir: Path) -> tuple[list[int], list[Gap]]:
     """Ask ranks that installed `triage.probe` for a Flight Recorder dump.
 
@@ -478,7 +475,7 @@ def signal_probes(pids: list[int], fr_dir: Path) -> tuple[list[int], list[Gap]]:
             gaps.append(_probe_gap(pid, "the job installed its own handler for the signal"))
             continue
         signum = int(info.get("signal", 0))
-        if signum not in _DUMP_SIGNALS or not _catches(pid, signum):
+        if signum not in SAFE_SIGNALS or not catches(pid, signum):
             continue
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signum)
@@ -499,6 +496,23 @@ def signal_probes(pids: list[int], fr_dir: Path) -> tuple[list[int], list[Gap]]:
         time.sleep(0.1)
     gaps += [_probe_gap(pid, f"no dump within {PROBE_WAIT_S:g}s") for pid in asked]
     return dumped, gaps
+
+
+def _snapshots_before(pids: list[int], env: Mapping[str, str]) -> dict[int, tuple[Path, set[Path]]]:
+    """Each rank's snapshot folder and the snapshots already there, before the signal."""
+    before = {}
+    for pid in pids:
+        directory = snapshot_dir(pid, _environ_of(pid) or env)
+        if directory is not None:
+            before[pid] = (directory, snapshots_of(directory, pid))
+    return before
+
+
+def _environ_of(pid: int) -> dict[str, str]:
+    try:
+        return psutil.Process(pid).environ()
+    except (psutil.Error, OSError):
+        return {}
 
 
 def _probe_gap(pid: int, reason: str) -> Gap:
@@ -596,6 +610,7 @@ class RunOptions:
     hang_after: float = DEFAULT_HANG_AFTER_S
     debug_detail: bool = False
     kill_on_hang: bool = False
+    signal_probe: bool = True
     as_json: bool = False
     plugin_dirs: list[Path] = field(default_factory=list)
 
@@ -679,18 +694,27 @@ def _after_hang(
         f" collective with an unchanged stack for {options.hang_after:g}s"
     ]
     asked_at = time.time()
-    dumped, gaps = signal_probes(pids, fr_dir)
-    dumped.sort()
+    dumped: list[int] = []
+    gaps: list[Gap] = []
+    snapshots: list[str] = []
+    if options.signal_probe:
+        before = _snapshots_before(pids, environment.env)
+        dumped, gaps = signal_probes(pids, fr_dir)
+        dumped.sort()
+        snapshots, _ = wait_for_snapshots({p: before[p] for p in dumped if p in before}, 1.0)
+    else:
+        notes.append("no rank was signalled (--no-signal-probe)")
     if dumped:
         notes.append(
             f"asked {len(dumped)} ranks (pids {', '.join(map(str, dumped))}) for a Flight"
-            " Recorder dump with triage.probe's signal; the job was not otherwise touched"
+            f" Recorder dump and an in-process snapshot with triage.probe's signal"
+            f" ({len(snapshots)} snapshots); the job was not otherwise touched"
         )
     pipes = trigger_nccl_pipes(fr_dir)
     if pipes:
         _wait_for_dumps(fr_dir, pipes, asked_at)
         notes.append(f"asked NCCL for a Flight Recorder dump through {pipes} dump pipes")
-    if not _dumps(fr_dir, started):
+    if options.signal_probe and not _dumps(fr_dir, started):
         gaps.append(
             Gap(
                 source=str(fr_dir),
@@ -703,7 +727,7 @@ def _after_hang(
         )
     live = [pid for pid in pids if psutil.pid_exists(pid)]
     try:
-        _triage(job, options, environment, out, started, live, notes, gaps, show)
+        _triage(job, options, environment, out, started, live, notes, gaps, show, snapshots)
     finally:
         if options.kill_on_hang:
             _say("killing the job (--kill-on-hang)")
@@ -726,9 +750,11 @@ def _triage(
     notes: list[str],
     gaps: list[Gap],
     show: Callable[[Report], None],
+    snapshots: list[str] | None = None,
 ) -> None:
     """Build, write and show the report; a failure here costs the report, never the evidence."""
     paths = [str(out), *outside_files(environment.env, out, started)]
+    paths += [p for p in snapshots or [] if Path(p).parent != out / PROBE_DIR]
     targets: dict[str, Any] = {"paths": paths}
     hung = job.proc.poll() is None
     if hung:
@@ -744,6 +770,8 @@ def _triage(
             "env_set": environment.applied,
             "env_kept": {name: theirs for name, (theirs, _) in environment.kept.items()},
         }
+        if snapshots:
+            report.targets["snapshot_files"] = snapshots
         report.notes = (
             notes
             + [f"triage run set {', '.join(environment.applied)} (values: targets.env_set)"]

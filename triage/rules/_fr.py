@@ -8,6 +8,7 @@ from pathlib import Path
 from triage.models import Evidence, Location
 from triage.observations import FRSide, FRStuckGroup
 from triage.rulebook import EvidenceSet
+from triage.source import rank_condition
 
 UNSEEN = ("no_dump", "unreadable", "unknown")
 
@@ -34,7 +35,8 @@ def is_subgroup(point: FRStuckGroup) -> bool:
 def split(point: FRStuckGroup, state: str) -> tuple[FRSide | None, list[FRSide], bool]:
     """(the side others agree with, the outlier sides in `state`, whether it was a tie).
 
-    On a tie, the side whose op the group never ran before is the odd one: a collective
+    On a tie, the side whose call sits under a rank-dependent `if` (when the source can be
+    read) is the odd one; else the side whose op the group never ran before: a collective
     under a rank-dependent branch is new, the loop's own collective is not."""
     normal = majority(point)
     odd = [s for s in point.sides if s.state == state]
@@ -43,6 +45,10 @@ def split(point: FRStuckGroup, state: str) -> tuple[FRSide | None, list[FRSide],
     contenders = [s for s in (normal, *odd) if len(s.ranks) == len(normal.ranks)]
     if len(contenders) == 1:
         return normal, odd, False
+    branched = [s for s in contenders if _under_rank_condition(s)]
+    if len(branched) == 1 and len(contenders) == 2:
+        other = next(s for s in contenders if s is not branched[0])
+        return other, branched, False
     novel = [s for s in contenders if s.novel]
     if len(novel) == 1 and len(contenders) == 2:
         other = next(s for s in contenders if s is not novel[0])
@@ -63,3 +69,10 @@ def location(side: FRSide | None) -> Location | None:
 
 def ranks_of(sides: Iterable[FRSide]) -> list[int]:
     return sorted({r for s in sides for r in s.ranks})
+
+
+def _under_rank_condition(side: FRSide) -> bool:
+    loc = location(side)
+    return (
+        loc is not None and loc.line is not None and rank_condition(loc.file, loc.line) is not None
+    )
