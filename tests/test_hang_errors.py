@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import triage_cli
+from triage import pyspy
 from triage.registry import REGISTRY
 
 SLEEPER = "import time\nwhile True:\n    time.sleep(0.05)\n"
@@ -95,3 +96,22 @@ def test_usage_errors_exit_2_without_traceback():
         triage_cli("hang", "--pids", "abc"), capture_output=True, text=True, check=False
     )
     assert bad.returncode == 2 and "process ids" in bad.stderr
+
+
+def test_early_dumps_start_only_for_the_pids_after_pids(python_sleeper, monkeypatch):
+    """`start_early` reads `hang --pids P...` only: a launcher pid or a timeout is no rank."""
+    started: list[int] = []
+    monkeypatch.setattr(pyspy, "start_dump", lambda _bin, pid, with_locals: started.append(pid))
+    pyspy.start_early(["hang", "--launcher-pid", "7", "--pids", "11", "12,13", "--timeout", "5"])
+    pyspy.start_early(["hang", "--pids=14", "--json"])
+    pyspy.start_early(["analyze", "--pids", "15"])
+    assert started == [11, 12, 13, 14]
+    pyspy._early.clear()
+
+
+def test_an_early_dump_is_the_one_the_stack_tool_reads(python_sleeper):
+    pyspy.start_early(["hang", "--pids", str(python_sleeper.pid)])
+    early = pyspy._early[python_sleeper.pid][1]
+    run = REGISTRY.run("dump_stacks", {"pids": [python_sleeper.pid], "with_locals": False})
+    assert early.returncode is not None and pyspy._early == {}  # consumed, not run again
+    assert [e.kind for e in run.evidence] == ["stack"]

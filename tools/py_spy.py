@@ -62,20 +62,26 @@ def _explain(pid: int, stderr: str) -> tuple[str, str | None]:
 
 
 def dump_one(binary: str, pid: int, with_locals: bool, timeout_s: float) -> Dump:
-    cmd = pyspy.dump_command(binary, pid, with_locals)
+    early = None if with_locals else pyspy.take_early(binary, pid)
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+        process = early or pyspy.start_dump(binary, pid, with_locals)
+    except OSError as exc:
+        return Dump(pid, error=f"pid {pid}: py-spy could not start: {exc}")
+    try:
+        stdout, stderr = process.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
         return Dump(
             pid,
             error=f"pid {pid}: py-spy dump timed out after {timeout_s:g}s",
             hint="the process may be in uninterruptible sleep (D state); retry, or raise --timeout",
         )
-    if done.returncode != 0:
-        error, hint = _explain(pid, done.stderr)
+    if process.returncode != 0:
+        error, hint = _explain(pid, stderr)
         return Dump(pid, error=error, hint=hint)
     try:
-        threads = json.loads(done.stdout)
+        threads = json.loads(stdout)
     except json.JSONDecodeError:
         return Dump(pid, error=f"pid {pid}: py-spy printed no JSON")
     return Dump(pid, threads=threads if isinstance(threads, list) else [])

@@ -1,5 +1,5 @@
 """`python -m triage` is the `triage` command."""
 
-from triage.cli import main
+from triage.entry import main
 
 main()
