@@ -141,6 +141,61 @@ def test_hang_playbook_reads_a_flight_recorder_dir():
     assert not report.gaps  # expected.json is not named like the dumps
 
 
+@pytest.mark.parametrize("folder", REAL, ids=lambda p: p.name)
+def test_flight_recorder_alone_groups_every_rank_once(folder: Path):
+    """No stacks: the report's ranks-by-state table comes from the stuck points' sides."""
+    want = expected(folder)
+    groups = analyze(folder)["rank_groups"]
+    assert sorted(r for g in groups for r in g["ranks"]) == list(range(want["world_size"]))
+    culprit = next(g for g in groups if want["culprits"][0] in g["ranks"])
+    waiting = next(g for g in groups if not set(want["culprits"]) & set(g["ranks"]))
+    assert culprit["state"] != waiting["state"] and culprit["detail"] and waiting["detail"]
+    if folder.name.endswith("_json"):  # JSON dumps carry no stacks
+        assert culprit["location"] is None and waiting["location"] is None
+    else:
+        assert (culprit["location"]["line"], waiting["location"]["line"]) == (
+            want["line"],
+            want["waiting_line"],
+        )
+
+
+def test_a_rank_is_grouped_by_the_op_it_waits_in_across_groups():
+    """Rank 3 holds up group 1 while it waits in group 0's all_reduce with rank 0: one line."""
+    groups = analyze(FIXTURES / "subgroup_mismatch")["rank_groups"]
+    assert [(g["ranks"], g["state"]) for g in groups] == [
+        ([0, 3], "in all_reduce [16x8 Float] seq 13 (pending) on group 0"),
+        ([1, 2], "in all_reduce [1 Float] seq 2 (pending) on group 1"),
+    ]
+    assert "rank 3 never enqueued it" in groups[0]["detail"]
+
+
+def test_hang_report_from_flight_recorder_shows_ranks_by_state():
+    folder = FIXTURES / "rank_not_in_collective"
+    result = CliRunner().invoke(
+        app, ["hang", "--flight-recorder", str(folder)], env={"COLUMNS": "200"}
+    )
+    assert "Ranks by state" in result.output, result.output
+    assert "in no collective; last all_reduce [1 Float] seq 12" in result.output
+    assert "Capture Flight Recorder dumps" not in result.output  # they were read
+
+
+def test_flight_recorder_groups_name_ranks_without_a_dump_and_p2p_waits(tmp_path: Path):
+    from triage.grouping import group_ranks
+    from triage.rulebook import EvidenceSet
+
+    exited = generated(tmp_path, "rank_exited")
+    run = run_tool(pickle_files=[str(p) for p in dump_files(exited)])
+    groups = {g.state: g.ranks for g in group_ranks(EvidenceSet(run.evidence))}
+    assert groups["no Flight Recorder dump"] == [3]
+    assert sorted(r for ranks in groups.values() for r in ranks) == list(range(8))
+
+    deadlock = generated(tmp_path, "p2p_deadlock")
+    run = run_tool(pickle_files=[str(p) for p in dump_files(deadlock)])
+    [group] = group_ranks(EvidenceSet(run.evidence))
+    assert group.ranks == [3, 4] and group.state.startswith("in send")
+    assert "cycle" in group.detail
+
+
 def test_gloo_group_config_is_not_taken_for_membership():
     """gloo writes pg_config as one unnamed item with the last created group's *local*
     ranks ([0, 1, 2] here): membership must come from the entries."""

@@ -140,3 +140,76 @@ def test_a_traceback_forced_by_ctrl_c_is_a_stack_dump(tmp_path: Path) -> None:
     result = scan_file(_write(tmp_path, "console.log", text))
     dumps = {t.rank: t.dump for t in result.tracebacks}
     assert dumps == {1: True, 2: False}
+
+
+# `py-spy dump --locals --pid` (py-spy 0.4, text) of rank 1 of
+# triage/scenarios/jobs/mismatched_collective.py waiting in all_reduce under gloo.
+PYSPY_HEADER = """\
+Process 4321: /work/main/.venv/bin/python /work/main/triage/scenarios/jobs/mismatched_collective.py
+Python v3.11.7 (/root/.pyenv/versions/3.11.7/bin/python3.11)
+
+Thread 4321 (idle): "MainThread"
+    all_reduce (torch/distributed/distributed_c10d.py:4181)
+        Arguments:
+            tensor: <Tensor at 0x7f6c11680460>
+            op: <torch._C._distributed_c10d.RedOpType at 0x7f6c13867a30>
+            group: <torch._C._distributed_c10d.ProcessGroup at 0x7f6cc9f0f2f0>
+            async_op: False
+        Locals:
+            relevant_args: (<Tensor at 0x7f6c11680460>)
+            opts: <torch._C._distributed_c10d.AllreduceOptions at 0x7f6bfc6f4030>
+            work: <torch._C._distributed_c10d.Work at 0x7f6bfc8a22f0>
+    _exception_logger.<locals>.wrapper (torch/distributed/c10d_logger.py:83)
+        Locals:
+            args: (<Tensor at 0x7f6c11680460>)
+            kwargs: {"op": <torch._C._distributed_c10d.RedOpType at 0x7f6c13867a30>}
+    average_gradients (mismatched_collective.py:26)
+        Arguments:
+            model: <Sequential at 0x7f6c11805510>
+        Locals:
+            world: 2
+            p: <Parameter at 0x7f6c115c96d0>
+    main (mismatched_collective.py:54)
+        Locals:
+            rank: 1
+            step: 3
+    <module> (mismatched_collective.py:62)
+"""
+
+
+def test_py_spy_header_names_the_dumps_process(tmp_path: Path) -> None:
+    result = scan_file(_write(tmp_path, "dump.txt", PYSPY_HEADER))
+    (record,) = result.tracebacks
+    assert record.pid == 4321 and record.rank is None and record.dump
+    assert [f.function for f in record.frames][2:] == ["average_gradients", "main", "<module>"]
+
+
+def test_the_launcher_report_ties_a_py_spy_dump_to_its_rank(tmp_path: Path) -> None:
+    """The dump names no rank, but its pid is the one torchelastic reports for rank 1."""
+    from triage.registry import REGISTRY
+
+    dump = _write(tmp_path, "hung.txt", PYSPY_HEADER)
+    report = _write(tmp_path, "console.log", ELASTIC_REPORT)
+    results = [scan_file(dump), scan_file(report)]
+    learn_ranks(results)
+    assert [(t.pid, t.rank) for t in results[0].tracebacks] == [(4321, 1)]
+
+    run = REGISTRY.run("scan_logs", {"log_files": [str(dump), str(report)]})
+    stacks = [e for e in run.evidence if e.kind == "stack"]
+    assert [(e.rank, e.data["pid"], e.data["op"]) for e in stacks] == [(1, 4321, "all_reduce")]
+
+
+def test_a_py_spy_dump_without_its_header_takes_the_main_thread_id_as_pid(
+    tmp_path: Path,
+) -> None:
+    (record,) = scan_file(_write(tmp_path, "dump.txt", PYSPY_LOCALS)).tracebacks
+    assert record.pid == 4101  # Linux: py-spy prints the main thread's OS id, the pid
+
+
+def test_py_spy_hex_thread_ids_are_read(tmp_path: Path) -> None:
+    """Without a native thread id (macOS) py-spy prints the pthread id as `{:#X}`."""
+    text = PYSPY_HEADER.replace(
+        'Thread 4321 (idle): "MainThread"', 'Thread 0x1F7D43A80 (idle): "MainThread"'
+    )
+    (record,) = scan_file(_write(tmp_path, "dump.txt", text)).tracebacks
+    assert record.pid == 4321 and record.frames[0].function == "all_reduce"

@@ -9,6 +9,7 @@ import pytest
 
 from triage.engine import gather, triage
 from triage.models import Evidence
+from triage.observations import LogSignal
 from triage.playbooks import (
     Playbook,
     PlaybookError,
@@ -103,3 +104,71 @@ def test_background_step_overlaps_the_next_and_lands_in_playbook_order():
     report = gather(playbook, {}, registry)
     assert [r.tool for r in report.tool_runs] == ["slow", "quick"]
     assert [e.id for e in report.evidence] == ["slow", "quick"]
+
+
+def _log_signal(name: str, text: str) -> Evidence:
+    signal = LogSignal(signature=name, text=text, path="rank0.log", line=1, rank=0)
+    return Evidence(
+        id=f"log:{name}",
+        kind="log_signal",
+        source="rank0.log:1",
+        summary="",
+        data=signal.model_dump(),
+    )
+
+
+def test_next_steps_are_plain_strings_or_tables_with_conditions(tmp_path: Path):
+    path = tmp_path / "site.md"
+    path.write_text(
+        '+++\nname = "site"\nsymptom = "hang"\ntitle = "t"\nsummary = "s"\nsteps = []\n'
+        'causes = ["hang.*"]\nnext_steps = [\n    "Always.",\n'
+        '    { text = "Unless FR.", unless_evidence = ["fr_overview"] },\n'
+        '    { text = "Unless DETAIL.", unless_signals = ["hang.fingerprint*"] },\n]\n+++\nbody'
+    )
+    playbook = parse_playbook(path)
+    assert [s.text for s in playbook.next_steps] == ["Always.", "Unless FR.", "Unless DETAIL."]
+
+    overview = Evidence(id="fr:overview", kind="fr_overview", source="d", summary="")
+    # A real TORCH_DISTRIBUTED_DEBUG=DETAIL line (gloo, torch 2.15), prefixes stripped.
+    detail = _log_signal(
+        "hang.fingerprint",
+        "[Rank 0] Running collective: CollectiveFingerPrint(SequenceNumber=0, OpType=ALLREDUCE, "
+        "TensorShape=[4], TensorDtypes=Float, TensorDeviceTypes=TensorOptions(dtype=float "
+        "(default), device=cpu, layout=Strided (default), requires_grad=false (default), "
+        "pinned_memory=false (default), memory_format=(nullopt)))",
+    )
+    always, unless_fr, unless_detail = playbook.next_steps
+    assert always.applies([overview, detail])
+    assert unless_fr.applies([detail]) and not unless_fr.applies([overview])
+    assert unless_detail.applies([overview]) and not unless_detail.applies([detail])
+
+
+def test_a_malformed_next_step_is_a_one_line_error(tmp_path: Path):
+    path = tmp_path / "bad.md"
+    path.write_text(
+        '+++\nname = "x"\nsymptom = "hang"\ntitle = "t"\nsummary = "s"\nsteps = []\n'
+        'causes = []\nnext_steps = [{ txt = "typo" }]\n+++\nbody'
+    )
+    with pytest.raises(PlaybookError, match="bad.md"):
+        parse_playbook(path)
+
+
+def test_the_hang_playbook_leaves_out_what_the_evidence_shows_done(tmp_path: Path):
+    """Flight Recorder dumps were read and the logs hold DETAIL output: suggesting either
+    again is noise; NCCL_DEBUG=INFO is still worth suggesting."""
+    lines = [
+        f"[rank{r}]:[I1122 00:21:39.85861050{r} ProcessGroupWrapper.cpp:724] [Rank {r}] Running "
+        "collective: CollectiveFingerPrint(SequenceNumber=0, OpType=ALLREDUCE, TensorShape=[4], "
+        "TensorDtypes=Float, TensorDeviceTypes=TensorOptions(dtype=float (default), device=cpu, "
+        "layout=Strided (default), requires_grad=false (default), pinned_memory=false "
+        "(default), memory_format=(nullopt)))"
+        for r in (0, 1)
+    ]
+    (tmp_path / "rank0.log").write_text("\n".join(lines) + "\n")
+    fr = Path(__file__).parent / "fixtures" / "flight_recorder" / "mismatched_collective"
+    plain = triage(get_playbook("hang"), {"paths": [str(tmp_path)]})
+    both = triage(get_playbook("hang"), {"paths": [str(tmp_path)], "flight_recorder_dir": str(fr)})
+    assert any("Capture Flight Recorder" in s for s in plain.next_steps)
+    assert not any("TORCH_DISTRIBUTED_DEBUG=DETAIL" in s for s in plain.next_steps)
+    assert not any("Capture Flight Recorder" in s for s in both.next_steps)
+    assert any(s.startswith("Set NCCL_DEBUG=INFO") for s in both.next_steps)

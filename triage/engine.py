@@ -10,7 +10,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from triage.grouping import group_ranks
-from triage.models import Finding, Gap, Report
+from triage.models import Finding, Report
 from triage.playbooks import Playbook
 from triage.registry import REGISTRY, Registry, ToolRun
 from triage.rulebook import EvidenceSet, run_rules, select
@@ -65,7 +65,7 @@ def decide(playbook: Playbook, report: Report) -> Report:
         findings.append(_fallback(playbook, report))
     report.hypotheses = rank(findings)
     report.rank_groups = group_ranks(evidence)
-    report.next_steps = _next_steps(playbook, report.hypotheses, report.gaps)
+    report.next_steps = _next_steps(playbook, report)
     return report
 
 
@@ -86,7 +86,7 @@ def analyze(
     playbook = by_symptom.get(top.cause_id.split(".")[0]) if top else None
     if playbook is not None:
         report.symptom, report.playbook = playbook.symptom, playbook.name
-        report.next_steps = _next_steps(playbook, report.hypotheses, report.gaps)
+        report.next_steps = _next_steps(playbook, report)
     return report
 
 
@@ -114,7 +114,10 @@ def _fallback(playbook: Playbook, report: Report) -> Finding:
     )
 
 
-def _next_steps(playbook: Playbook, findings: list[Finding], gaps: list[Gap]) -> list[str]:
+def _next_steps(playbook: Playbook, report: Report) -> list[str]:
+    """The top fix, how to tell close calls apart, the gaps' hints, then the playbook's
+    steps that the evidence does not show done already."""
+    findings = report.hypotheses
     steps = (
         [f"Fix for the top hypothesis: {findings[0].fix}"] if findings and findings[0].fix else []
     )
@@ -125,6 +128,8 @@ def _next_steps(playbook: Playbook, findings: list[Finding], gaps: list[Gap]) ->
             f"{first.cause_id} and {second.cause_id} are close calls"
             + (f". It is {tell}." if tell else "; gather more evidence before acting.")
         )
-    steps += [gap.hint for gap in gaps if gap.hint and gap.hint not in steps]
-    steps += [s for s in playbook.next_steps if s not in steps]
+    steps += [gap.hint for gap in report.gaps if gap.hint and gap.hint not in steps]
+    steps += [
+        s.text for s in playbook.next_steps if s.text not in steps and s.applies(report.evidence)
+    ]
     return steps

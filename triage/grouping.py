@@ -3,18 +3,52 @@
 from __future__ import annotations
 
 from triage.models import Evidence, RankGroup
-from triage.observations import MissingRank, RankProcess, RankState
+from triage.observations import (
+    FROp,
+    FROverview,
+    FRP2PWait,
+    FRSide,
+    FRStuckGroup,
+    MissingRank,
+    RankProcess,
+    RankState,
+)
 from triage.rulebook import EvidenceSet
 from triage.stacks import build_stack_tree, render_stack_tree
 from triage.text import format_ranks
 
 
+def latest_stacks(evidence: EvidenceSet) -> list[tuple[Evidence, RankState]]:
+    """One stack per process, its latest: a rank dumped twice (a minute apart, or by py-spy
+    and by faulthandler) is one rank, where it stood last.
+
+    Later evidence is later in time (logs are read in file order, lines in line order);
+    a live py-spy stack (source `pid:N`) is newer than any dump in a log. Stacks of unknown
+    rank stay apart by host and pid. Order: each process's first appearance.
+    """
+
+    def compute() -> list[tuple[Evidence, RankState]]:
+        latest: dict[tuple[object, ...], tuple[Evidence, RankState]] = {}
+        for item, state in evidence.payloads("stack", RankState):
+            key = ("rank", state.rank) if state.rank is not None else ("pid", state.host, state.pid)
+            kept = latest.get(key)
+            if kept is None or _is_live(item) or not _is_live(kept[0]):
+                latest[key] = (item, state)
+        return list(latest.values())
+
+    return evidence.derived("latest_stacks", compute)
+
+
+def _is_live(item: Evidence) -> bool:
+    return item.source.startswith("pid:")
+
+
 def state_groups(evidence: EvidenceSet) -> list[list[tuple[Evidence, RankState]]]:
-    """Stacks grouped by state signature, in order of first appearance; computed once."""
+    """Latest stacks grouped by state signature, in order of first appearance; computed once."""
 
     def compute() -> list[list[tuple[Evidence, RankState]]]:
         by_signature: dict[tuple[object, ...], list[tuple[Evidence, RankState]]] = {}
-        for item, state in evidence.payloads("stack", RankState):
+        for item, state in latest_stacks(evidence):
             by_signature.setdefault(state.signature(), []).append((item, state))
         return list(by_signature.values())
 
@@ -22,12 +56,16 @@ def state_groups(evidence: EvidenceSet) -> list[list[tuple[Evidence, RankState]]
 
 
 def group_ranks(evidence: EvidenceSet) -> list[RankGroup]:
-    """Largest group first: the outliers are the short lines at the bottom."""
+    """Largest group first: the outliers are the short lines at the bottom.
+
+    Stacks say where each rank stands; without any, the Flight Recorder's stuck points do.
+    """
     by_state = [[state for _, state in members] for members in state_groups(evidence)]
-    groups = [_group_of_states(states) for states in by_state]
+    groups = [_group_of_states(states) for states in by_state] or flight_recorder_groups(evidence)
 
     seen = {state.rank for states in by_state for state in states}
-    seen_pids = {state.pid for states in by_state for state in states}
+    seen |= {rank for group in groups for rank in group.ranks}
+    seen_pids = {state.pid for _, state in evidence.payloads("stack", RankState)}
     unread = [p for _, p in evidence.payloads("process", RankProcess) if p.pid not in seen_pids]
     if unread:
         groups.append(
@@ -41,7 +79,7 @@ def group_ranks(evidence: EvidenceSet) -> list[RankGroup]:
     missing = [
         m.rank for _, m in evidence.payloads("missing_rank", MissingRank) if m.rank is not None
     ]
-    if missing:
+    if set(missing) - seen:
         groups.append(
             RankGroup(state="no live process", ranks=sorted(set(missing) - seen), detail="exited?")
         )
@@ -59,9 +97,75 @@ def _group_of_states(states: list[RankState]) -> RankGroup:
     )
 
 
+def flight_recorder_groups(evidence: EvidenceSet) -> list[RankGroup]:
+    """Ranks by the op the Flight Recorder shows them in: the sides of the stuck points
+    (root points first, each rank once), send/recv no peer matches, and ranks with no dump.
+
+    A rank is grouped by what it does, not by its part in one stuck point, so a rank that
+    blocks group 1 while waiting in group 0's all_reduce joins the ranks waiting there.
+    """
+    groups: dict[tuple[object, ...], tuple[RankGroup, list[str]]] = {}
+    placed: set[int] = set()
+
+    def place(ranks: list[int], state: str, detail: str, op: FROp | None) -> None:
+        ranks = [r for r in ranks if r not in placed]
+        if not ranks:
+            return
+        placed.update(ranks)
+        location = op.location if op is not None else None
+        key = (state, location.file if location else None, location.line if location else None)
+        group, details = groups.setdefault(key, (RankGroup(state=state, ranks=[]), []))
+        if detail not in details:
+            details.append(detail)
+        group.location = group.location or location
+        group.ranks = sorted(group.ranks + ranks)
+
+    points = [p for _, p in evidence.payloads("fr_stuck", FRStuckGroup)]
+    for point in sorted(points, key=lambda p: not p.root):
+        for side in point.sides:
+            place(side.ranks, _fr_state(point, side), _fr_detail(point, side), side.op)
+    for _, wait in evidence.payloads("fr_p2p", FRP2PWait):
+        how = "a cycle" if wait.cycle else f"a chain to rank {wait.sink}"
+        for rank, op in sorted(wait.ops.items()):
+            place([rank], f"in {op.text}", f"send/recv no peer matches: {how}", op)
+    for _, seen in evidence.payloads("fr_overview", FROverview):
+        place(
+            seen.missing, "no Flight Recorder dump", "exited, or its file was not collected", None
+        )
+    for group, details in groups.values():
+        more = f"; {len(details) - 3} more" if len(details) > 3 else ""
+        group.detail = "; ".join(details[:3]) + more
+    return [group for group, _ in groups.values()]
+
+
+def _fr_state(point: FRStuckGroup, side: FRSide) -> str:
+    """What the side's ranks do, in words that do not depend on the stuck point."""
+    op = side.op
+    fixed = {
+        "no_dump": "no Flight Recorder dump",
+        "unreadable": "Flight Recorder dump unreadable",
+        "no_group": f"never created group {point.group}",
+    }
+    if side.state in fixed:
+        return fixed[side.state]
+    on = f" on group {op.group}" if op is not None and not op.p2p else ""
+    if side.state == "idle":
+        return f"in no collective; last {op.text}{on}" if op else "in no collective"
+    if op is None:
+        unknown = side.state == "unknown"
+        return f"no op of group {point.group} in its buffer" if unknown else side.state
+    return f"{'past' if op.done else 'in'} {op.text}{on}"
+
+
+def _fr_detail(point: FRStuckGroup, side: FRSide) -> str:
+    """The side's part in the stuck point: 'group 0 stuck at seq 13: rank 0 is in broadcast
+    [1 Float] seq 13 (pending) instead'."""
+    return f"group {point.group} stuck at seq {point.seq}: {side.describe()}"
+
+
 def merged_stacks(evidence: EvidenceSet, limit: int = 40) -> list[str]:
     """The stack-prefix tree of every rank read: where ranks share frames and where they split."""
-    states = [state for _, state in evidence.payloads("stack", RankState)]
+    states = [state for _, state in latest_stacks(evidence)]
     if not states:
         return []
     return render_stack_tree(build_stack_tree(states), format_ranks, limit)

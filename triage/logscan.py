@@ -19,6 +19,7 @@ import re2  # type: ignore[import-untyped]
 
 from triage import signatures
 from triage.observations import Frame, LogSignal, TracebackRecord
+from triage.signatures.memory import SUMMARY_TITLE, SummaryTable
 from triage.stacks import is_user_code
 
 CHUNK = 16 << 20
@@ -40,8 +41,11 @@ _TB_START = "Traceback (most recent call last):"
 _TB_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+?)\s*$')
 _FH_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>.+?)\s*$')
 _FH_START = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):")
-_PYSPY_THREAD = re.compile(r'^Thread (?P<tid>\d+) \((?:idle|active)[^)]*\): "(?P<name>[^"]*)"')
+_PYSPY_THREAD = re.compile(
+    r'^Thread (?P<tid>\d+|0x[0-9A-Fa-f]+) \((?:idle|active)[^)]*\): "(?P<name>[^"]*)"'
+)
 _PYSPY_PROCESS = re.compile(r"^Process (?P<pid>\d+): ")
+_PYSPY_PYTHON = re.compile(r"^Python v\d+\.\d+")
 _PYSPY_FRAME = re.compile(r"^\s+(?P<func>[^\s(][^(]*?) \((?P<file>[^():]+):(?P<line>\d+)\)\s*$")
 _FR_START = "Stack trace of the failed collective:"
 _FR_FRAME = re.compile(r"^#\d+ (?P<func>\S.*?) from (?P<file>.+):(?P<line>\d+)$")
@@ -58,6 +62,7 @@ for _anchor, _after in (
     (' (idle): "', 200),
     (' (active): "', 200),
     (' (active+gil): "', 200),
+    ("Process ", 1),  # py-spy's `Process PID: cmdline`, confirmed by `Python vX.Y` below it
     ('File "', 1),
     ("Root Cause (first observed failure):", 12),
     (_FR_START, 80),
@@ -379,19 +384,26 @@ class _BlockParser:
         self.open: dict[tuple[object, ...], _Block] = {}
         self.records: list[TracebackRecord] = []
         self.pyspy_pid: int | None = None
+        self.pyspy_header: int | None = None
         self.joined: list[tuple[int, str, Origin]] = []
         self.seen: dict[tuple[object, ...], int] = {}
         self.fr_key: tuple[object, ...] | None = None
         self.report: tuple[int, list[str], Origin] | None = None
         self.report_section = ""
+        self.summaries: dict[tuple[object, ...], tuple[int, Origin, SummaryTable]] = {}
 
     def reset(self) -> None:
+        for key in list(self.summaries):
+            self._close_summary(key)
+        self.pyspy_header = None
         for key in list(self.open):
             self._close(key)
         self._close_report()
         self.report_section = ""
 
     def feed(self, number: int, text: str, origin: Origin) -> None:
+        if self._feed_summary(number, text, origin):
+            return
         if self._feed_report(number, text, origin):
             return
         key = origin.key()
@@ -410,9 +422,13 @@ class _BlockParser:
                 Frame(function=frame_of["func"], file=frame_of["file"], line=int(frame_of["line"]))
             )
             return
+        header, self.pyspy_header = self.pyspy_header, None
         process = _PYSPY_PROCESS.match(stripped)
         if process:
-            self.pyspy_pid = int(process.group("pid"))
+            self.pyspy_header = int(process.group("pid"))
+            return
+        if header is not None and _PYSPY_PYTHON.match(stripped):
+            self.pyspy_pid = header  # the process every thread dump below belongs to
             return
         if (
             stripped.startswith(_TB_START)
@@ -427,13 +443,7 @@ class _BlockParser:
                 if _FH_START.match(stripped)
                 else "pyspy"
             )
-            pid = (
-                origin.pid
-                if origin.pid is not None
-                else self.pyspy_pid
-                if style == "pyspy"
-                else None
-            )
+            pid = origin.pid if origin.pid is not None else self._pyspy_pid(stripped, style)
             self.open[key] = _Block(style, number, origin, pid)
             return
         frame = _TB_FRAME.match(text) or _FH_FRAME.match(text)
@@ -470,6 +480,18 @@ class _BlockParser:
         if stripped and not text[:1].isspace():
             self._close(key)
 
+    def _pyspy_pid(self, header: str, style: str) -> int | None:
+        """The process of a py-spy thread dump: its `Process PID:` header, else the id of its
+        main thread, which on Linux py-spy prints as the OS thread id, the process's pid."""
+        if style != "pyspy":
+            return None
+        if self.pyspy_pid is not None:
+            return self.pyspy_pid
+        thread = _PYSPY_THREAD.match(header)
+        if thread and thread["name"] == "MainThread" and thread["tid"].isdigit():
+            return int(thread["tid"])
+        return None
+
     def _feed_report(self, number: int, text: str, origin: Origin) -> bool:
         """torchelastic's failure report spreads one failed rank over several lines: join them."""
         stripped = text.strip()
@@ -492,6 +514,30 @@ class _BlockParser:
             return True
         self.report_section = ""
         return False
+
+    def _feed_summary(self, number: int, text: str, origin: Origin) -> bool:
+        """A torch.cuda.memory_summary() table spreads one device's counters over ~45 rows:
+        join them into one line for `memory.summary`."""
+        key = origin.key()
+        if SUMMARY_TITLE in text:
+            self._close_summary(key)
+            self.summaries[key] = (number, origin, SummaryTable(text))
+            return True
+        table = self.summaries.get(key)
+        if table is None:
+            return False
+        if not table[2].feed(text):
+            self._close_summary(key)
+            return False
+        if table[2].done:
+            self._close_summary(key)
+        return True
+
+    def _close_summary(self, key: tuple[object, ...]) -> None:
+        opened = self.summaries.pop(key, None)
+        text = opened[2].text() if opened else None
+        if opened and text:
+            self.joined.append((opened[0], text, opened[1]))
 
     def _close_report(self) -> None:
         if self.report is None:

@@ -303,7 +303,10 @@ class MemoryDump(Payload):
     """One device's memory as a snapshot or a memory_stats dump saw it; sizes in bytes."""
 
     path: str
-    format: str = Field(description="'snapshot' (torch.cuda.memory._snapshot) or 'memory_stats'.")
+    format: str = Field(
+        description="'snapshot' (torch.cuda.memory._snapshot), 'memory_stats', or "
+        "'memory_summary' (a torch.cuda.memory_summary() table in a log)."
+    )
     label: str = Field(default="", description="Entry within the file: device, step or key.")
     rank: int | None = None
     device: int | None = None

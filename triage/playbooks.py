@@ -6,14 +6,16 @@ then the steps in prose for a person or an agent following it by hand.
 
 from __future__ import annotations
 
+import fnmatch
 import tomllib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 
 from triage.errors import TriageError
-from triage.models import Contract
+from triage.models import Contract, Evidence
 from triage.plugins import bundled_dir, plugin_dirs
 
 
@@ -33,6 +35,43 @@ class PlaybookStep(Contract):
     )
 
 
+class NextStep(Contract):
+    """A next step for the person on call, left out when the evidence shows it was done.
+
+    In the front matter a plain string is a step that always applies; a table adds the
+    conditions, e.g. `{ text = "Capture Flight Recorder dumps ...", unless_evidence =
+    ["fr_overview"] }`.
+    """
+
+    text: str
+    unless_evidence: list[str] = Field(
+        default_factory=list,
+        description="Evidence kinds, e.g. 'fr_overview': the step is left out when any is present.",
+    )
+    unless_signals: list[str] = Field(
+        default_factory=list,
+        description="Log signature globs, e.g. 'hang.fingerprint*': the step is left out when "
+        "a log line matched one.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plain(cls, data: Any) -> Any:
+        return {"text": data} if isinstance(data, str) else data
+
+    def applies(self, evidence: Iterable[Evidence]) -> bool:
+        """Whether the step is still worth doing given what was gathered."""
+        for item in evidence:
+            if item.kind in self.unless_evidence:
+                return False
+            name = item.data.get("signature") if item.kind == "log_signal" else None
+            if isinstance(name, str) and any(
+                fnmatch.fnmatchcase(name, p) for p in self.unless_signals
+            ):
+                return False
+        return True
+
+
 class Playbook(Contract):
     name: str
     symptom: str
@@ -41,7 +80,7 @@ class Playbook(Contract):
     steps: list[PlaybookStep]
     causes: list[str] = Field(description="Globs of cause IDs whose rules run, e.g. 'hang.*'.")
     fallback_cause: str | None = None
-    next_steps: list[str] = Field(default_factory=list)
+    next_steps: list[NextStep] = Field(default_factory=list)
     body: str = ""
     path: str = ""
 

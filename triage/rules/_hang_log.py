@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from triage import signatures
+from triage.grouping import latest_stacks
 from triage.models import Evidence, Location
 from triage.observations import LogSignal, RankState, TracebackRecord
 from triage.rulebook import EvidenceSet
@@ -193,7 +194,7 @@ def _build(evidence: EvidenceSet) -> HangLog:
         present=present,
         own_errors=_own_errors(evidence),
         launcher=launcher,
-        stacks=evidence.payloads("stack", RankState),
+        stacks=latest_stacks(evidence),
         dumps=tracebacks(evidence, dumps=True),
         locations=locations,
         splits=splits,

@@ -4,6 +4,10 @@ A CUDA OOM is reported several times over: the allocator's message, the exceptio
 line, the traceback, torchelastic's error file. The view merges them into one event
 per error with the numbers of the message (in bytes) and the traceback's frames, so
 every rule reads the same facts and names the same rank and user line.
+
+Logs also carry the allocator's state in text: a memory_summary() table printed at the
+OOM reads as one more memory dump, and the memory a training loop prints every step
+becomes one series per writer, for the leak rule to see growth in.
 """
 
 from __future__ import annotations
@@ -17,7 +21,12 @@ from triage.models import Evidence, Location
 from triage.observations import Frame, LogSignal, MemoryDump, MemoryGrowth, TracebackRecord
 from triage.rulebook import EvidenceSet
 from triage.rules._logs import signals, tracebacks
-from triage.signatures.memory import CUDA_OOM_SIGNALS, HOST_OOM_SIGNALS, format_size
+from triage.signatures.memory import (
+    CUDA_OOM_SIGNALS,
+    HOST_OOM_SIGNALS,
+    USAGE_SIGNALS,
+    format_size,
+)
 from triage.text import rank_label
 
 GiB = 2**30
@@ -260,6 +269,92 @@ def strongest(candidates: list[Scored], *extra: str) -> tuple[Scored, list[str]]
     return best, (own + [i for c in candidates for i in c[4] if i not in own])[:16]
 
 
+@dataclass(frozen=True)
+class UsagePoint:
+    """One log line's memory figure, in bytes."""
+
+    line: int
+    step: int | None
+    value: int
+    evidence: str
+
+
+@dataclass
+class UsageSeries:
+    """One writer's memory figure of one kind (allocated, reserved, ...), in log order."""
+
+    path: str
+    rank: int | None
+    local_rank: int | None
+    signature: str
+    metric: str
+    points: list[UsagePoint]
+
+    def who(self) -> str:
+        if self.rank is not None:
+            return f"rank {self.rank}"
+        if self.local_rank is not None:
+            return f"local rank {self.local_rank}"
+        return "the process"
+
+
+_MIN_POINTS = 5
+_NOISE = 64 * MiB  # below this a change is rounding or jitter ("10.2 GB" is +-50 MiB)
+
+
+@dataclass(frozen=True)
+class Rise:
+    """How a series' floor rose: overall, and over its second half (still rising at the end)."""
+
+    start: UsagePoint
+    end: UsagePoint
+    growth: int
+    tail_start: UsagePoint
+    tail_growth: int
+
+
+def steady_rise(series: UsageSeries) -> Rise | None:
+    """Steady growth of a rank's memory across its log lines, or None.
+
+    A leak rises line after line and keeps rising until the end; warm-up (optimizer state,
+    the cache filling) rises fast and stops; noise goes up and down; a big batch jumps once.
+    So: at most a quarter of the lines lower than the one before; the floor (the least value
+    from each line on, which one spike does not move) up by 1 GiB and 20%; and over the
+    second half of the lines still up by 256 MiB, no single rise making two thirds of that,
+    at least a quarter as fast as over the whole. Steps, else line numbers, measure how
+    fast, so the lines a scan keeps from the start and the end of a long log compare fairly.
+    """
+    points = series.points
+    n = len(points)
+    if n < _MIN_POINTS:
+        return None
+    values = [p.value for p in points]
+    if sum(1 for a, b in zip(values, values[1:], strict=False) if b < a - _NOISE) > (n - 1) // 4:
+        return None
+    floor = values[:]
+    for i in range(n - 2, -1, -1):
+        floor[i] = min(floor[i], floor[i + 1])
+    growth = floor[-1] - floor[0]
+    if growth < max(GiB, floor[0] // 5):
+        return None
+    tail = n - max(3, (n + 1) // 2)
+    tail_growth = floor[-1] - floor[tail]
+    jump = max(b - a for a, b in zip(floor[tail:], floor[tail + 1 :], strict=False))
+    if tail_growth < 256 * MiB or jump * 3 > tail_growth * 2:
+        return None
+    xs = [p.line for p in points]
+    steps = [p.step for p in points]
+    if all(
+        b is not None and a is not None and a < b for a, b in zip(steps, steps[1:], strict=False)
+    ):
+        xs = [p.step or 0 for p in points]
+    span, tail_span = xs[-1] - xs[0], xs[-1] - xs[tail]
+    if span <= 0 or tail_span <= 0 or tail_growth * span < 0.25 * growth * tail_span:
+        return None
+    start = values.index(floor[0])
+    return Rise(points[start], points[-1], growth, points[tail], tail_growth)
+
+
 @dataclass
 class OomView:
     gpu: list[OomEvent]
@@ -267,6 +362,7 @@ class OomView:
     dumps: list[tuple[Evidence, MemoryDump]]
     growth: list[tuple[Evidence, MemoryGrowth]]
     job_pids: dict[int, int | None]
+    usage: list[UsageSeries] = field(default_factory=list)
 
     def ranks(self, events: Iterable[OomEvent]) -> list[int]:
         return sorted({e.rank for e in events if e.rank is not None})
@@ -290,13 +386,109 @@ def oom_view(evidence: EvidenceSet) -> OomView:
 
 
 def _build(evidence: EvidenceSet) -> OomView:
+    gpu = _gpu_events(evidence)
     return OomView(
-        gpu=_gpu_events(evidence),
+        gpu=gpu,
         host=_host_events(evidence),
-        dumps=evidence.payloads("memory_dump", MemoryDump),
+        dumps=evidence.payloads("memory_dump", MemoryDump) + _summary_dumps(evidence, gpu),
         growth=evidence.payloads("memory_growth", MemoryGrowth),
         job_pids=_job_pids(evidence),
+        usage=_usage_series(evidence),
     )
+
+
+def _summary_dumps(evidence: EvidenceSet, gpu: list[OomEvent]) -> list[tuple[Evidence, MemoryDump]]:
+    """The last memory_summary() table of each writer and device, when it was printed at an
+    OOM (it counts one, or the logs hold one): a table from a healthy step shows the cache
+    at work, not the state that failed. The request that failed comes from the writer's
+    nearest OOM message."""
+    last: dict[tuple[object, ...], tuple[Evidence, LogSignal]] = {}
+    for ev, sig in signals(evidence, "memory.summary"):
+        key = (sig.path, sig.rank, sig.local_rank, sig.pid, sig.fields.get("device"))
+        if key not in last or last[key][1].line < sig.line:
+            last[key] = (ev, sig)
+    out = []
+    for ev, sig in last.values():
+        f = sig.fields
+        if not (gpu or _count(f, "num_ooms")):
+            continue
+        allocated, reserved = _count(f, "allocated"), _count(f, "reserved")
+        unused = reserved - allocated if reserved is not None and allocated is not None else None
+        device = _count(f, "device")
+        dump = MemoryDump(
+            path=sig.path,
+            format="memory_summary",
+            # The index is the printing process's current device: every rank says 0 under
+            # per-rank CUDA_VISIBLE_DEVICES and when none called set_device, so it stays in
+            # the label and out of `device`, which says where a dump's memory lives.
+            label=f"line {sig.line}" + (f", device {device}" if device is not None else ""),
+            rank=sig.rank,
+            allocated=allocated,
+            reserved=reserved,
+            active=_count(f, "active"),
+            inactive=unused,
+            inactive_split=_count(f, "inactive_split"),
+            peak_allocated=_count(f, "peak_allocated"),
+            peak_reserved=_count(f, "peak_reserved"),
+            segments=_count(f, "segments"),
+            num_ooms=_count(f, "num_ooms"),
+            num_alloc_retries=_count(f, "num_alloc_retries"),
+            oom_requested=_requested_near(sig, gpu),
+        )
+        out.append((ev, dump))
+    return out
+
+
+def _requested_near(sig: LogSignal, gpu: list[OomEvent]) -> int | None:
+    """The size of the failed request in the OOM message closest to a table of the same
+    writer (torch prints the message before the handler prints the table)."""
+    near = [
+        (abs(e.line - sig.line), e.numbers.requested)
+        for e in gpu
+        if e.path == sig.path and e.rank == sig.rank and e.numbers.requested is not None
+    ]
+    return min(near)[1] if near else None
+
+
+def _count(fields: dict[str, Any], key: str) -> int | None:
+    value = fields.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+_USAGE_METRICS = ("allocated", "peak_allocated", "memory", "reserved", "peak_reserved")
+
+
+def _usage_series(evidence: EvidenceSet) -> list[UsageSeries]:
+    """Per-step memory lines grouped by writer, file and format; each group keeps the most
+    telling figure its lines carry (allocated before peaks, reserved last)."""
+    groups: dict[tuple[object, ...], list[tuple[Evidence, LogSignal]]] = {}
+    for ev, sig in signals(evidence, *USAGE_SIGNALS):
+        device = sig.fields.get("device")
+        key = (sig.path, sig.rank, sig.local_rank, sig.pid, sig.signature, device)
+        groups.setdefault(key, []).append((ev, sig))
+    out = []
+    for items in groups.values():
+        items.sort(key=lambda pair: pair[1].line)
+        metric = next(
+            (
+                m
+                for m in _USAGE_METRICS
+                if sum(_count(s.fields, m) is not None for _, s in items) * 5 >= len(items) * 4
+            ),
+            None,
+        )
+        if metric is None:
+            continue
+        points = [
+            UsagePoint(s.line, _count(s.fields, "step"), value, ev.id)
+            for ev, s in items
+            if (value := _count(s.fields, metric)) is not None
+        ]
+        first = items[0][1]
+        out.append(
+            UsageSeries(first.path, first.rank, first.local_rank, first.signature, metric, points)
+        )
+    return out
 
 
 _KIND = {

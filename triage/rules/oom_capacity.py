@@ -16,6 +16,7 @@ from triage.rules._oom import (
     judge,
     oom_view,
     phase,
+    steady_rise,
 )
 from triage.signatures.memory import format_size
 
@@ -119,6 +120,8 @@ def capacity(evidence: EvidenceSet) -> Iterator[Finding]:
         during = f" during {stage}" if stage else ""
         if stage and confidence >= 0.7 and collective_frame(event.frames) is None:
             confidence += 0.05  # a training phase at the peak: the usual shape of a too-big step
+        if any(steady_rise(s) for s in view.usage if s.rank is None or s.rank in ranks):
+            confidence = min(confidence, 0.6)  # it grew step over step first: see oom.leak
         numbers = event.numbers.describe()
         summary = view.ran_out(best_log, during) + (f" Numbers: {numbers}." if numbers else "")
         ids = evidence_of(best_log.culprits)
@@ -153,7 +156,7 @@ def _from_dumps(
         top = dump.top_sites[0] if dump.top_sites else None
         where = f"; most of it allocated at {top.frame.location()}" if top else ""
         summary = (
-            f"The snapshot {ev.source} shows {format_size(dump.allocated)} live of "
+            f"The memory dump {ev.source} shows {format_size(dump.allocated)} live of "
             f"{format_size(dump.reserved)} reserved when a {format_size(dump.oom_requested)} "
             f"request failed{where}: the working set does not fit."
         )

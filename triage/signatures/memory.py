@@ -22,6 +22,13 @@ signatures (`elastic.*` in launcher.py); the rules read those, not copies here.
 What `read_memory` gathers from memory snapshots and `torch.cuda.memory_stats()`
 dumps is typed in triage/observations.py (MemoryDump, MemoryGrowth); `user_frame`
 below picks the user line of a snapshot stack for the tool and the rules alike.
+
+Logs say the same in text. A `torch.cuda.memory_summary()` table (printed on OOM by
+users, fairseq and others) holds the allocator's counters; the scanner joins its rows
+into one line (`SummaryTable`) that `memory.summary` reads. Training loops print their
+memory per step (DeepSpeed's `see_memory_usage`, torchtitan, torchtune, OpenMMLab,
+detectron2, home-grown `step N ... mem: X GB`); the `memory.*_usage` lines of one rank, in order,
+are the series the leak rule reads.
 """
 
 from __future__ import annotations
@@ -320,6 +327,234 @@ HOST_OOM_SIGNALS = (
     "memory.host_memory_error",
     "memory.cpu_allocator",
     "memory.enomem",
+)
+
+
+# --- the allocator's own report: torch.cuda.memory_summary() --------------------------
+
+SUMMARY_TITLE = "PyTorch CUDA memory summary"
+_SUMMARY_DEVICE = re.compile(r"PyTorch CUDA memory summary, device ID (?P<device>\d+)")
+_SUMMARY_COUNTERS = re.compile(
+    r"CUDA OOMs: *(?P<ooms>\d+) *\| *cudaMalloc retries: *(?P<retries>\d+)"
+)
+_SUMMARY_FIELDS = {  # row -> field of its current value (the peak is "peak_" + it)
+    "Allocated memory": "allocated",
+    "Active memory": "active",
+    "GPU reserved memory": "reserved",
+    "Non-releasable memory": "inactive_split",
+    "Allocations": "allocations",
+    "GPU reserved segments": "segments",
+    "Non-releasable allocs": "inactive_split_allocs",
+    "Oversize allocations": "oversize_allocations",
+}
+_SUMMARY_SIZES = frozenset({"allocated", "active", "reserved", "inactive_split"})
+_SUMMARY_ROW = re.compile(
+    r"(?P<name>[A-Z][A-Za-z -]+?): (?P<cur>\d+ ?[A-Za-z]*) cur, (?P<peak>\d+ ?[A-Za-z]*) peak"
+)
+_BINARY = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40, "p": 2**50}
+
+
+def binary_size(value: str, unit: str) -> int | None:
+    """A size whose unit is binary however it is spelled: torch's tables, DeepSpeed and most
+    training loops divide by 1024 and write "MB" or "GB"."""
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    scale = _BINARY.get(unit.strip().lower()[:1])
+    return None if scale is None else int(number * scale)
+
+
+class SummaryTable:
+    """One memory_summary() table, read line by line: the device's counters and each metric's
+    whole-device row (the per-pool rows are left out). `text()` joins them into one line."""
+
+    def __init__(self, header: str) -> None:
+        found = _SUMMARY_DEVICE.search(header)
+        self.device = int(found["device"]) if found else None
+        self.counters: tuple[str, str] | None = None
+        self.rows: list[str] = []
+        self.done = False
+
+    def feed(self, line: str) -> bool:
+        """Take the table's next line; False when the line is not the table's (it ended)."""
+        text = line.strip()
+        if not text.startswith("|"):
+            return False
+        counters = _SUMMARY_COUNTERS.search(text)
+        if counters:
+            self.counters = (counters["ooms"], counters["retries"])
+        elif text.startswith("|===") and self.rows:
+            self.done = True
+        else:
+            cells = [cell.strip() for cell in text.strip("|").split("|")]
+            if len(cells) == 5 and cells[0] in _SUMMARY_FIELDS:
+                self.rows.append(f"{cells[0]}: {cells[1]} cur, {cells[2]} peak")
+        return True
+
+    def text(self) -> str | None:
+        """'PyTorch CUDA memory summary, device ID 0; CUDA OOMs: 1; cudaMalloc retries: 4;
+        Allocated memory: 18032 MiB cur, 38297 MiB peak; ...', None without any row."""
+        if not self.rows:
+            return None
+        parts = [SUMMARY_TITLE + (f", device ID {self.device}" if self.device is not None else "")]
+        if self.counters:
+            parts.append(f"CUDA OOMs: {self.counters[0]}; cudaMalloc retries: {self.counters[1]}")
+        return "; ".join(parts + self.rows)
+
+
+def _summary(found: re.Match[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if found["device"]:
+        out["device"] = int(found["device"])
+    counters = re.search(r"CUDA OOMs: (\d+); cudaMalloc retries: (\d+)", found.string)
+    if counters:
+        out["num_ooms"], out["num_alloc_retries"] = int(counters[1]), int(counters[2])
+    for row in _SUMMARY_ROW.finditer(found.string):
+        key = _SUMMARY_FIELDS.get(row["name"])
+        if key is None:
+            continue
+        for prefix, cell in (("", row["cur"]), ("peak_", row["peak"])):
+            number, _, unit = cell.partition(" ")
+            if key in _SUMMARY_SIZES:
+                value = binary_size(number, unit)
+            else:  # counts: "1862 K" is thousands
+                value = int(number) * {"K": 1000, "M": 10**6}.get(unit, 1)
+            if value is not None:
+                out[prefix + key] = value
+    return out
+
+
+signature(
+    "memory.summary",
+    r"PyTorch CUDA memory summary(?:, device ID (?P<device>\d+))?; ",
+    anchors=SUMMARY_TITLE,
+    summary="torch.cuda.memory_summary(): the allocator's counters on one device (allocated, "
+    "reserved, non-releasable memory, OOMs, cudaMalloc retries)",
+    context_after=48,  # the rest of the table, for the scanner to join
+    extract=_summary,
+)
+
+# --- memory per step, as training loops print it ----------------------------------------
+
+# A step or iteration number on the line. torchtitan colours its fields: "\x1b[31mstep: 10",
+# "\x1b[38;2;54;234;195mmemory: 28.96GiB"; a digit and "m" end the colour code.
+_STEP = (
+    r"(?:(?<![A-Za-z_])|(?<=\dm))(?:global_step|[Ss]tep|STEP|[Ii]ter(?:ation)?|ITER)s?"
+    r"\s*[:=#]?\s*\[?\s*(?P<step>\d+)"
+)
+# Names that say which figure: literal, so each is an anchor of its own.
+_USAGE_NAMES = (
+    "mem_allocated",
+    "mem_reserved",
+    "memory_allocated",
+    "memory_reserved",
+    "memory allocated",
+    "memory reserved",
+    "Memory allocated",
+    "Memory reserved",
+)
+_USAGE_KEY = re.compile(
+    r"(?:(?<![A-Za-z])|(?<=\dm))(?P<key>(?:(?:max|peak)_?)?(?:(?:mem|memory|Mem|Memory)(?=[:=])|"
+    + "|".join(_USAGE_NAMES)
+    + r")(?:\(\))?)[:=] *(?P<value>\d+(?:\.\d+)?) ?(?P<unit>[KMGT]i?B|[MG])(?![A-Za-z])"
+)
+
+
+def _metric(key: str) -> str:
+    """allocated, reserved (with peak_ when the key says max or peak), or memory: what the
+    loop measured is not named (torchtitan's is peak reserved, detectron2's peak allocated)."""
+    peak = "peak_" if key.lower().startswith(("max", "peak")) else ""
+    for kind in ("allocated", "reserved"):
+        if kind in key:
+            return peak + kind
+    return "memory"
+
+
+def _step_usage(found: re.Match[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {"step": int(found["step"])}
+    for usage in _USAGE_KEY.finditer(found.string):
+        size = binary_size(usage["value"], usage["unit"])
+        if size is not None:
+            out.setdefault(_metric(usage["key"]), size)
+    return out
+
+
+signature(
+    "memory.step_usage",
+    rf"^(?=.*?{_STEP}).*?{_USAGE_KEY.pattern}",
+    anchors=("mem:", "mem=", "Mem:", "Mem=", "memory:", "memory=", "Memory:", "Memory=")
+    + _USAGE_NAMES,
+    summary="a training step's GPU memory (step N ... mem: X GB, memory_allocated=X, "
+    "max_mem: XM); one rank's lines in order show whether memory grows step over step",
+    extract=_step_usage,
+)
+
+
+def _deepspeed_usage(found: re.Match[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, name in (
+        ("allocated", "ma"),
+        ("peak_allocated", "max_ma"),
+        ("reserved", "ca"),
+        ("peak_reserved", "max_ca"),
+    ):
+        size = binary_size(found[name], found[f"{name}_unit"])
+        if size is not None:
+            out[key] = size
+    return out
+
+
+signature(
+    "memory.deepspeed_usage",
+    r"\bMA (?P<ma>[\d.]+) (?P<ma_unit>[KMG]?B) +Max_MA (?P<max_ma>[\d.]+) (?P<max_ma_unit>[KMG]?B)"
+    r" +CA (?P<ca>[\d.]+) (?P<ca_unit>[KMG]?B) +Max_CA (?P<max_ca>[\d.]+) (?P<max_ca_unit>[KMG]?B)",
+    anchors="Max_MA ",
+    summary="DeepSpeed's see_memory_usage: allocated (MA) and reserved (CA) GPU memory now and "
+    "at the peak since the last report",
+    extract=_deepspeed_usage,
+)
+
+signature(
+    "memory.mm_usage",
+    r"\b(?:Epoch|Iter)(?:\(train\))?\s*(?:\[(?P<epoch>\d+)\])?\s*\[\s*(?P<step>\d+)/\s*\d+\]"
+    r".*?\bmemory: (?P<mb>\d+)(?![\d.]| ?[KMGT]i?B)",
+    anchors="memory: ",
+    summary="an OpenMMLab (mmcv, mmengine) training log line: peak allocated GPU memory of the "
+    "last iterations in MB",
+    extract=lambda found: {
+        "step": int(found["step"]),
+        "peak_allocated": int(found["mb"]) * 2**20,
+        **({"epoch": int(found["epoch"])} if found["epoch"] else {}),
+    },
+)
+
+_TORCHTUNE_RESERVED = re.compile(r"\bpeak_memory_reserved:(?P<gb>\d+(?:\.\d+)?)")
+
+
+def _torchtune_usage(found: re.Match[str]) -> dict[str, Any]:
+    out = {"step": int(found["step"]), "peak_allocated": int(float(found["gb"]) * 10**9)}
+    reserved = _TORCHTUNE_RESERVED.search(found.string)
+    if reserved:
+        out["peak_reserved"] = int(float(reserved["gb"]) * 10**9)
+    return out
+
+
+signature(
+    "memory.torchtune_usage",
+    r"\bStep (?P<step>\d+) \| .*?\bpeak_memory_alloc:(?P<gb>\d+(?:\.\d+)?)",
+    anchors="peak_memory_alloc:",
+    summary="a torchtune metrics line (log_peak_memory_stats): peak GPU memory since the last "
+    "one, in GB",
+    extract=_torchtune_usage,
+)
+
+USAGE_SIGNALS = (
+    "memory.step_usage",
+    "memory.deepspeed_usage",
+    "memory.mm_usage",
+    "memory.torchtune_usage",
+    "memory.summary",
 )
 
 
