@@ -23,6 +23,7 @@ def test_tools_list_json_has_names_descriptions_schemas():
     assert {"discover_ranks", "dump_stacks"} <= set(tools)
     assert tools["dump_stacks"]["input_schema"]["required"] == ["pids"]
     assert all(t["description"] for t in tools.values())
+    assert all(t["read_only"] is True for t in tools.values())  # every bundled tool only reads
 
 
 def test_tools_run_discovers_a_live_process():

@@ -423,7 +423,12 @@ def tools_list(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
     specs = REGISTRY.all()
     if as_json:
         payload = [
-            {"name": s.name, "description": s.description, "input_schema": s.input_schema()}
+            {
+                "name": s.name,
+                "description": s.description,
+                "input_schema": s.input_schema(),
+                "read_only": s.read_only,
+            }
             for s in specs
         ]
         typer.echo(json.dumps(payload, indent=2))
