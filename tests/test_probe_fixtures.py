@@ -128,3 +128,16 @@ def test_the_hung_job_names_the_rank_in_the_rank_dependent_collective():
     assert top["ranks"] == want["culprit_ranks"], verdict(report)
     assert top["location"]["line"] == want["fault_line"]
     assert any(e["kind"] == "probe_snapshot" for e in report["evidence"])
+
+
+def test_signal_snapshots_alone_give_the_hang_its_stacks():
+    """Where py-spy cannot attach, the snapshots taken on the signal hold each rank's main
+    thread where it blocks: the stack rules name the rank and line from them alone."""
+    directory = FIXTURES / "hung_collective"
+    want, report = expected(directory), analyze(directory / "probe")
+    top = report["hypotheses"][0]
+    assert (top["cause_id"], top["ranks"]) == (want["cause"], want["culprit_ranks"]), verdict(
+        report
+    )
+    assert top["location"]["line"] == want["fault_line"]
+    assert {tuple(g["ranks"]) for g in report["rank_groups"]} == {(0,), (1,)}

@@ -48,7 +48,7 @@ from triage.observations import (
     is_probe_snapshot,
 )
 from triage.registry import ToolError, ToolOutput, tool
-from triage.stacks import is_user_code
+from triage.stacks import classify, is_user_code
 from triage.text import format_ranks
 
 MAX_BYTES = 512 << 20
@@ -151,6 +151,7 @@ def read_probe_snapshots(snapshot_files: list[str]) -> ToolOutput:
     by_tag = _tags_align(chosen)
     groups: dict[tuple[str, int | str], _Group] = {}
     summaries: list[SnapshotSummary] = []
+    stacks: list[Evidence] = []
     for path, head in chosen:
         try:
             snapshot = _load(path)
@@ -161,6 +162,8 @@ def read_probe_snapshots(snapshot_files: list[str]) -> ToolOutput:
             continue
         label = str(head.tag) if by_tag else f"call {head.call}"
         summaries.append(_summary(snapshot, path, label))
+        if snapshot.reason == "signal":
+            stacks.extend(_signal_stack(snapshot, path))
         if snapshot.rank is None:
             continue  # nothing to compare it with: a gap says so
         key = ("tag", str(head.tag)) if by_tag else ("call", head.call)
@@ -172,7 +175,7 @@ def read_probe_snapshots(snapshot_files: list[str]) -> ToolOutput:
     ordered = sorted(groups.values(), key=lambda g: (g.call, g.time, g.label))
     checks = _checks(ordered)
     gaps += _coverage_gaps(checks, summaries)
-    evidence = _check_evidence(checks) + _summary_evidence(summaries, checks)
+    evidence = _check_evidence(checks) + _summary_evidence(summaries, checks) + stacks
     return ToolOutput(evidence=evidence, gaps=_bounded(gaps), text=_text(checks, summaries))
 
 
@@ -542,6 +545,30 @@ def _user_frame(snapshot: ProbeSnapshot) -> Frame | None:
         return None
     main = next((s for s in snapshot.stacks if s.thread == _MAIN_THREAD), snapshot.stacks[0])
     return next((f for f in main.frames if is_user_code(f.file)), None)
+
+
+def _signal_stack(snapshot: ProbeSnapshot, path: str) -> list[Evidence]:
+    """A snapshot taken on the signal holds the main thread where it is blocked: the same
+    `stack` evidence py-spy gives, for hosts where py-spy may not attach (no ptrace). A live
+    py-spy stack of the same rank still wins (see triage.grouping.latest_stacks)."""
+    main = next((s for s in snapshot.stacks if s.thread == _MAIN_THREAD), None)
+    if main is None or not main.frames:
+        return []
+    state = classify(main.frames, pid=snapshot.pid, rank=snapshot.rank, host=snapshot.host)
+    state.thread = main.thread
+    who = f"rank{snapshot.rank}" if snapshot.rank is not None else f"pid{snapshot.pid}"
+    where = f" at {state.user_frame.location()}" if state.user_frame else ""
+    return [
+        Evidence(
+            id=f"stack:{who}:probe{snapshot.call}",
+            kind="stack",
+            source=path,
+            rank=snapshot.rank,
+            summary=f"{who.replace('rank', 'rank ')} (triage.probe, on the signal): "
+            f"{state.describe()}{where}",
+            data=state.model_dump(mode="json"),
+        )
+    ]
 
 
 # --- comparing the ranks of each call ----------------------------------------------------
