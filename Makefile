@@ -19,7 +19,7 @@ demo: $(STAMP)
 # and environments with PYTHONDONTWRITEBYTECODE would otherwise recompile it every time.
 test: $(STAMP)
 	$(BIN)/python -m compileall -q triage tools
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 lint: $(STAMP)
 	$(BIN)/ruff check triage tools tests bench
