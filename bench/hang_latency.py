@@ -46,20 +46,25 @@ def main() -> int:
     with RankJob(args.scenario, world_size=args.ranks) as job:
         job.wait_until_stalled()
         pids = [str(p) for p in job.pids]
-        baseline, ours, verdicts = [], [], set()
+        baseline, ours, startup, verdicts = [], [], [], set()
         for _ in range(args.repeat):
             baseline.append(sequential_py_spy(job.pids))
             seconds, done = timed(triage + ["hang", "--json", "--pids", *pids])
             ours.append(seconds)
+            startup.append(timed(triage + ["--help"])[0])
             if done.returncode == 0:
                 report = json.loads(done.stdout)
                 verdicts.add(report["hypotheses"][0]["cause_id"])
     base, mine = statistics.median(baseline), statistics.median(ours)
+    floor = statistics.median(startup)
     ratio = mine / base
     print(f"scenario           {args.scenario}, {args.ranks} ranks, {args.repeat} runs each")
     print(f"py-spy sequential  median {base * 1000:7.1f} ms")
     print(
         f"triage hang        median {mine * 1000:7.1f} ms  (verdicts: {', '.join(sorted(verdicts))})"
+    )
+    print(
+        f"CLI start-up alone median {floor * 1000:7.1f} ms  ({floor / base:.2f}x: `triage --help`)"
     )
     print(
         f"ratio              {ratio:.2f}x  (target <= {TARGET_RATIO:.1f}x: {'met' if ratio <= TARGET_RATIO else 'MISSED'})"
