@@ -23,6 +23,8 @@ from typer.testing import CliRunner
 from tests.conftest import REPO, triage_cli
 from triage import flight_recorder as fr
 from triage.cli import app
+from triage.models import Evidence, Location
+from triage.observations import FROp, FRSide, FRStuckGroup
 from triage.registry import REGISTRY
 from triage.safe_pickle import load_untrusted
 from triage.scenarios.flight_recorder import (
@@ -89,6 +91,7 @@ def test_real_fixtures_cover_every_fault_gloo_can_show():
         "hang.rank_not_in_collective",
         "hang.shape_mismatch",
         "hang.subgroup_mismatch",
+        "hang.uneven_inputs",
     }
     for folder in REAL:  # recorded by record.py: its markers still sit on the recorded lines
         want = expected(folder)
@@ -126,6 +129,90 @@ def test_analyze_names_cause_culprit_and_user_line_end_to_end():
     assert report["symptom"] == "hang"
     assert "broadcast" in top["summary"] and "all_reduce" in top["summary"]
     assert not report["gaps"]  # expected.json is skipped without a word
+
+
+def test_a_rank_that_ran_out_of_batches_is_uneven_inputs_not_a_mismatch():
+    """Rank 3's barrier after the loop meets the others' gradient all_reduce at one seq."""
+    folder = FIXTURES / "uneven_inputs"
+    report = analyze(folder)
+    top = report["hypotheses"][0]
+    assert (top["cause_id"], top["ranks"]) == ("hang.uneven_inputs", [3])
+    assert top["location"]["line"] == expected(folder)["line"]
+    assert [loc["line"] for loc in top["other_locations"]] == [expected(folder)["waiting_line"]]
+    assert "DistributedSampler" in top["fix"] and "barrier" in top["summary"]
+    assert "hang.mismatched_collective" not in {h["cause_id"] for h in report["hypotheses"]}
+
+
+TRAIN = """\
+import torch.distributed as dist
+
+
+def train(loader, rank):
+    for batch in loader:
+        dist.all_reduce(batch)
+        if rank == 0:
+            dist.barrier()
+    dist.barrier()
+
+
+def evaluate():
+    dist.barrier()
+"""
+
+
+def side(state: str, ranks: list[int], op: str, file: Path | str, line: int) -> FRSide:
+    location = Location(file=str(file), line=line, function="train")
+    return FRSide(
+        state=state,
+        ranks=ranks,
+        op=FROp(op=op, seq=9, group="0", state="scheduled", location=location),
+    )
+
+
+def test_left_the_loop_reads_the_source(tmp_path: Path):
+    from triage.rules._fr import left_the_loop
+
+    train = tmp_path / "train.py"
+    train.write_text(TRAIN)
+    in_loop = side("waiting", [0, 1, 2], "all_reduce", train, 6)
+    after = side("other_op", [3], "barrier", train, 9)
+    branch = side("other_op", [0], "barrier", train, 8)
+    elsewhere = side("other_op", [3], "barrier", train, 13)
+    assert left_the_loop(after, in_loop) is True
+    assert left_the_loop(in_loop, after) is False  # the loop's collective is not past the loop
+    assert left_the_loop(branch, in_loop) is False  # a rank-dependent branch inside the loop
+    assert left_the_loop(elsewhere, in_loop) is None  # another function: the lines cannot tell
+    gone = side("other_op", [3], "barrier", tmp_path / "gone.py", 9)
+    assert left_the_loop(gone, side("waiting", [0], "all_reduce", tmp_path / "gone.py", 6)) is None
+
+
+def test_a_barrier_in_a_rank_branch_is_a_mismatch_one_after_the_loop_uneven(tmp_path: Path):
+    from triage.rulebook import EvidenceSet, run_rules, select
+
+    train = tmp_path / "train.py"
+    train.write_text(TRAIN)
+    loop = side("waiting", [1, 2, 3], "all_reduce", train, 6)
+
+    def causes(normal: FRSide, odd: FRSide) -> dict[str, tuple[list[int], float]]:
+        point = FRStuckGroup(
+            group="0", members=4, membership="world", world=4, seq=9, root=True, sides=[normal, odd]
+        )
+        item = Evidence(
+            id=point.evidence_id(), kind="fr_stuck", source="t", summary="", data=point.model_dump()
+        )
+        found = run_rules(select(["hang.*"]), EvidenceSet([item]))
+        return {f.cause_id: (f.ranks, f.confidence) for _, f in found}
+
+    branched = causes(loop, side("other_op", [0], "barrier", train, 8))
+    assert branched.keys() == {"hang.mismatched_collective"}
+    after = causes(loop, side("other_op", [0], "barrier", train, 9))
+    assert after == {"hang.uneven_inputs": ([0], 0.85)}
+    # the majority ran out: the rank still in the loop is the outlier, named as the live rule does
+    still_in = loop.model_copy(update={"state": "other_op", "ranks": [0]})
+    ahead = causes(side("waiting", [1, 2, 3], "barrier", train, 9), still_in)
+    assert ahead == {"hang.uneven_inputs": ([0], 0.8)}
+    unread = causes(loop, side("other_op", [0], "barrier", tmp_path / "gone.py", 9))
+    assert unread["hang.uneven_inputs"][1] < unread["hang.mismatched_collective"][1]
 
 
 def test_hang_playbook_reads_a_flight_recorder_dir():

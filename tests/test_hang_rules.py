@@ -218,3 +218,21 @@ def test_branch_inside_the_epoch_loop_is_a_mismatch_not_uneven(tmp_path):
     assert top.cause_id == "hang.mismatched_collective"
     assert top.ranks == [2]
     assert "if rank != 2:" in top.summary
+
+
+def test_source_of_another_host_is_found_under_the_working_directory(tmp_path, monkeypatch):
+    """Logs name the job's own paths; a checkout elsewhere still answers by the path's tail."""
+    from triage import source
+
+    project = tmp_path / "checkout" / "proj"
+    project.mkdir(parents=True)
+    (project / "train.py").write_text(
+        "def main(rank):\n    for step in range(10):\n        if rank == 0:\n            pass\n"
+    )
+    monkeypatch.chdir(tmp_path / "checkout")
+    source._module.cache_clear()
+    recorded = "/home/alice/jobs/proj/train.py"
+    assert source.rank_condition(recorded, 4) is not None
+    assert source.innermost_loop(recorded, 4) is not None
+    assert source.rank_condition("/home/alice/jobs/proj/missing.py", 4) is None
+    source._module.cache_clear()

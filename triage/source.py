@@ -3,6 +3,11 @@
 A line number alone cannot say whether a rank left the training loop or took a
 rank-dependent branch inside it; the source can. Files are only read, never
 changed, and a missing file (another host) just means no answer.
+
+Paths in logs and dumps are the job's own (`/home/alice/proj/train.py` on a cluster
+node); triage often runs in a checkout of the same code elsewhere. A path that does not
+exist is looked up under the working directory by its longest existing tail
+(`proj/train.py`, then `train.py`).
 """
 
 from __future__ import annotations
@@ -24,11 +29,25 @@ class Block:
     text: str
 
 
+def _resolve(path: str) -> Path | None:
+    """The file at `path`, or the working directory's file with the longest same tail."""
+    file = Path(path)
+    if file.is_file():
+        return file
+    parts = file.parts[1:] if file.is_absolute() else file.parts
+    base = Path.cwd()
+    for start in range(len(parts)):
+        candidate = base.joinpath(*parts[start:])
+        if candidate.is_file():
+            return candidate
+    return None
+
+
 @functools.lru_cache(maxsize=256)
 def _module(path: str) -> tuple[ast.Module, str] | None:
     try:
-        file = Path(path)
-        if not file.is_file() or file.stat().st_size > MAX_SOURCE_BYTES:
+        file = _resolve(path)
+        if file is None or file.stat().st_size > MAX_SOURCE_BYTES:
             return None
         source = file.read_text(encoding="utf-8", errors="replace")
         return ast.parse(source), source

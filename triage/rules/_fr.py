@@ -8,7 +8,7 @@ from pathlib import Path
 from triage.models import Evidence, Location
 from triage.observations import FRSide, FRStuckGroup
 from triage.rulebook import EvidenceSet
-from triage.source import rank_condition
+from triage.source import innermost_function, innermost_loop, rank_condition, source_available
 
 UNSEEN = ("no_dump", "unreadable", "unknown")
 
@@ -69,6 +69,37 @@ def location(side: FRSide | None) -> Location | None:
 
 def ranks_of(sides: Iterable[FRSide]) -> list[int]:
     return sorted({r for s in sides for r in s.ranks})
+
+
+def left_the_loop(ahead: FRSide, behind: FRSide) -> bool | None:
+    """Did `ahead` leave the loop that still holds `behind`? None when the source cannot tell.
+
+    Ranks that ran out of data stand after the training loop (a final barrier, a checkpoint
+    gather) at the sequence number where the others run the loop's next collective. The
+    recorded lines tell it from a conditional collective: in one function, `ahead` lies
+    after `behind`, outside `behind`'s innermost loop, and not under a rank-dependent `if`.
+    """
+    a, b = location(ahead), location(behind)
+    if a is None or b is None or a.line is None or b.line is None or a.file != b.file:
+        return None
+    if not source_available(a.file):
+        return None
+    if innermost_function(a.file, a.line) != innermost_function(b.file, b.line):
+        return None
+    if a.line <= b.line or rank_condition(a.file, a.line) is not None:
+        return False
+    loop = innermost_loop(b.file, b.line)
+    return loop is not None and not loop.start <= a.line <= loop.end
+
+
+def apart_by_the_loop(normal: FRSide | None, side: FRSide) -> bool:
+    """The source shows one of the two sides past the loop that still holds the other."""
+    return normal is not None and bool(left_the_loop(side, normal) or left_the_loop(normal, side))
+
+
+def is_barrier(side: FRSide) -> bool:
+    """gloo records `barrier`, NCCL since torch 2.6 `all_reduce_barrier`."""
+    return side.op is not None and side.op.op.endswith("barrier")
 
 
 def _under_rank_condition(side: FRSide) -> bool:

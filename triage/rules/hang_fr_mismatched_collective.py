@@ -6,7 +6,16 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.rulebook import EvidenceSet, rule
-from triage.rules._fr import coverage, is_subgroup, location, ranks_of, split, stuck_groups, where
+from triage.rules._fr import (
+    apart_by_the_loop,
+    coverage,
+    is_subgroup,
+    location,
+    ranks_of,
+    split,
+    stuck_groups,
+    where,
+)
 from triage.text import format_ranks
 
 
@@ -36,14 +45,16 @@ def fr_mismatched_collective(evidence: EvidenceSet) -> Iterator[Finding]:
 
     Known false positives:
     Ranks that ran a different number of steps reach other collectives too
-    (hang.uneven_inputs): when the odd op is a final barrier or a checkpoint gather, check
-    the step counts.
+    (hang.uneven_inputs): sides whose source shows one of them past the loop that holds
+    the other are left to fr.uneven_inputs; without the source, when the odd op is a final
+    barrier or a checkpoint gather, check the step counts.
 
     References:
     PyTorch Flight Recorder tutorial; torch.distributed.flight_recorder.fr_trace.
     """
     for item, point in stuck_groups(evidence):
         normal, odd, tie = split(point, "other_op")
+        odd = [s for s in odd if not apart_by_the_loop(normal, s)]  # fr.uneven_inputs
         elsewhere = [s for s in point.sides if s.state == "elsewhere"]
         if not odd and not (elsewhere and not is_subgroup(point)):
             continue
