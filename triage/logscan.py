@@ -145,6 +145,9 @@ def _prefilter() -> tuple[Any, dict[bytes, int]]:
     return _compiled[1], _compiled[2]
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
 def _clip(raw: bytes, pattern: Any) -> bytes:
     """A line longer than MAX_LINE keeps what matters: the text after the last carriage
     return (a progress bar's final state), else the stretch around the first anchor."""
@@ -174,6 +177,8 @@ class _Window:
         self.last = number
         raw = _clip(raw, self.pattern)
         text = raw.decode("utf-8", "replace").rstrip("\r").replace("\x00", "")
+        if "\x1b" in text:  # coloured loggers (torchtitan, rich): the text, not the escapes
+            text = _ANSI.sub("", text)
         if len(self.head) < HEAD_LINES:
             self.head.append((number, text))
         else:
