@@ -1,0 +1,207 @@
+"""Log rules for wrong results: nondeterministic kernels and distributed evaluation, on the
+messages torch, Lightning and accelerate print (old and new wordings)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import analyze_files, hypothesis
+
+_ALERT = (
+    "{op} does not have a deterministic implementation, but you set "
+    "'torch.use_deterministic_algorithms(True)'. You can turn off determinism just for this "
+    "operation, or you can use the 'warn_only=True' option, if that's acceptable for your "
+    "application. You can also file an issue at https://github.com/pytorch/pytorch/issues to "
+    "help us prioritize adding deterministic support for this operation."
+)
+_ALERT_WARN = (
+    "{op} does not have a deterministic implementation, but you set "
+    "'torch.use_deterministic_algorithms(True, warn_only=True)'. You can file an issue at "
+    "https://github.com/pytorch/pytorch/issues to help us prioritize adding deterministic "
+    "support for this operation."
+)
+_ALERT_1_7 = (
+    "index_add_cuda_ does not have a deterministic implementation, but you set "
+    "'torch.set_deterministic(True)'. You can turn off determinism just for this operation "
+    "if that's acceptable for your application. You can also file an issue at "
+    "https://github.com/pytorch/pytorch/issues to help us prioritize adding deterministic "
+    "support for this operation."
+)
+_CUBLAS = (
+    "Deterministic behavior was enabled with either `torch.use_deterministic_algorithms(True)` "
+    "or `at::Context::setDeterministicAlgorithms(true)`, but this operation is not "
+    "deterministic because it uses CuBLAS and you have CUDA >= 10.2. To enable deterministic "
+    "behavior in this case, you must set an environment variable before running your PyTorch "
+    "application: CUBLAS_WORKSPACE_CONFIG=:4096:8 or CUBLAS_WORKSPACE_CONFIG=:16:8. For more "
+    "information, go to {url}"
+)
+_SAMPLER = (
+    "Using `DistributedSampler` with the dataloaders. During `trainer.{stage}()`, it is "
+    "recommended to use `Trainer({args})` to ensure each sample/batch gets evaluated exactly "
+    "once. Otherwise, multi-device settings use `DistributedSampler` that replicates some "
+    "samples to make sure all devices have same batch size in case of uneven inputs."
+)
+_SYNC = (
+    "It is recommended to use `self.log('{metric}', ..., sync_dist=True)` when logging on "
+    "epoch level in distributed setting to accumulate the metric across devices."
+)
+_LIB = "/opt/conda/lib/python3.10/site-packages"
+
+
+def _traceback(message: str) -> str:
+    return (
+        "Traceback (most recent call last):\n"
+        '  File "/workspace/train.py", line 57, in <module>\n'
+        "    loss.backward()\n"
+        f'  File "{_LIB}/torch/_tensor.py", line 522, in backward\n'
+        "    torch.autograd.backward(\n"
+        f'  File "{_LIB}/torch/autograd/__init__.py", line 266, in backward\n'
+        "    Variable._execution_engine.run_backward(  # Calls into the C++ engine\n"
+        f"RuntimeError: {message}\n"
+    )
+
+
+def test_alert_error_names_op_and_user_line(tmp_path: Path) -> None:
+    log = _traceback(_ALERT.format(op="scatter_add_cuda_kernel"))
+    report = analyze_files(tmp_path, {"train.log": log})
+    assert report.hypotheses[0].cause_id == "wrong.nondeterminism"
+    found = report.hypotheses[0]
+    assert "scatter_add_cuda_kernel" in found.title
+    assert found.location is not None and found.location.file.endswith("train.py")
+    assert found.location.line == 57
+    assert "CUBLAS_WORKSPACE_CONFIG" in found.fix and found.confirm
+
+
+def test_old_set_deterministic_wording(tmp_path: Path) -> None:
+    report = analyze_files(tmp_path, {"train.log": _traceback(_ALERT_1_7)})
+    found = hypothesis(report, "wrong.nondeterminism")
+    assert "index_add_cuda_" in found.title
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        f"[rank1]:{_LIB}/torch/nn/functional.py:4070: UserWarning: "
+        + _ALERT_WARN.format(op="upsample_bilinear2d_backward_out_cuda")
+        + " (Triggered internally at ../aten/src/ATen/Context.cpp:83.)",
+        "[rank1]:[W Context.cpp:82] Warning: "
+        + _ALERT_WARN.format(op="upsample_bilinear2d_backward_out_cuda")
+        + " (function alertNotDeterministic)",
+    ],
+)
+def test_warn_only_alert_runs_on(tmp_path: Path, line: str) -> None:
+    report = analyze_files(tmp_path, {"train.log": "epoch 0 loss 2.31\n" + line})
+    found = hypothesis(report, "wrong.nondeterminism")
+    assert report.hypotheses[0].cause_id == "wrong.nondeterminism"
+    assert found.ranks == [1]
+    assert found.confidence == pytest.approx(0.7)
+    assert "warn_only" in found.summary
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://docs.nvidia.com/cuda/cublas/index.html#cublasApi_reproducibility",
+        "https://docs.nvidia.com/cuda/cublas/index.html#results-reproducibility",
+    ],
+)
+def test_cublas_workspace_error(tmp_path: Path, url: str) -> None:
+    report = analyze_files(tmp_path, {"rank0.log": _traceback(_CUBLAS.format(url=url))})
+    found = hypothesis(report, "wrong.nondeterminism")
+    assert report.hypotheses[0].cause_id == "wrong.nondeterminism"
+    assert "cuBLAS" in found.title
+    assert found.confidence == pytest.approx(0.65)
+
+
+def test_cublas_warning_points_at_calling_line(tmp_path: Path) -> None:
+    line = (
+        "/workspace/model/attention.py:296: UserWarning: "
+        + _CUBLAS.format(
+            url="https://docs.nvidia.com/cuda/cublas/index.html#results-reproducibility"
+        )
+        + " (Triggered internally at /pytorch/aten/src/ATen/Context.cpp:233.)"
+    )
+    report = analyze_files(tmp_path, {"train.log": line}, symptom="wrong")
+    found = hypothesis(report, "wrong.nondeterminism")
+    assert found.location is not None
+    assert (found.location.file, found.location.line) == ("/workspace/model/attention.py", 296)
+
+
+def test_determinism_words_alone_do_not_fire(tmp_path: Path) -> None:
+    log = (
+        "Seed set to 42\n"
+        "torch.backends.cudnn.deterministic = True, benchmark = False\n"
+        "GPU available: True (cuda), used: True\n"
+        "`Trainer(deterministic=True)` set; results may still not be deterministic\n"
+        "Epoch 3: val_loss=0.412 evaluated once per epoch\n"
+    )
+    report = analyze_files(tmp_path, {"train.log": log})
+    causes = {h.cause_id for h in report.hypotheses}
+    assert "wrong.nondeterminism" not in causes
+    assert "wrong.eval_sharding" not in causes
+
+
+@pytest.mark.parametrize(
+    ("stage", "args"),
+    [("test", "devices=1, num_nodes=1"), ("validate", "devices=1")],
+)
+def test_lightning_distributed_sampler_warning(tmp_path: Path, stage: str, args: str) -> None:
+    line = (
+        f"{_LIB}/pytorch_lightning/trainer/connectors/data_connector.py:215: "
+        f"PossibleUserWarning: {_SAMPLER.format(stage=stage, args=args)}"
+    )
+    report = analyze_files(tmp_path, {"train.log": line}, symptom="wrong")
+    found = hypothesis(report, "wrong.eval_sharding")
+    assert report.hypotheses[0].cause_id == "wrong.eval_sharding"
+    assert stage in found.title
+    assert found.confidence == pytest.approx(0.65)
+
+
+def test_unsynced_metrics_and_sampler_reinforce(tmp_path: Path) -> None:
+    prefix = f"{_LIB}/lightning/pytorch/trainer/connectors/logger_connector/result.py:434: "
+    log = "\n".join(
+        [
+            f"{_LIB}/lightning/pytorch/trainer/connectors/data_connector.py:441: "
+            + _SAMPLER.format(stage="validate", args="devices=1, num_nodes=1"),
+            prefix + _SYNC.format(metric="val_acc"),
+            prefix + _SYNC.format(metric="val_loss"),
+        ]
+    )
+    report = analyze_files(tmp_path, {"train.log": log})
+    found = hypothesis(report, "wrong.eval_sharding")
+    assert report.hypotheses[0].cause_id == "wrong.eval_sharding"
+    assert found.confidence == pytest.approx(0.72)
+    assert "val_acc, val_loss" in found.summary
+    assert "sync_dist=True" in found.fix and "devices=1" in found.fix
+
+
+def test_accelerate_gather_remainder(tmp_path: Path) -> None:
+    line = (
+        "06/12/2024 10:02:11 - INFO - accelerate.accelerator - The used dataset had no length, "
+        "returning gathered tensors. You should drop the remainder yourself."
+    )
+    report = analyze_files(tmp_path, {"eval.log": line}, symptom="wrong")
+    found = hypothesis(report, "wrong.eval_sharding")
+    assert "remainder" in found.title
+
+
+def test_lightning_eval_warnings_beside_a_crash_are_background(tmp_path):
+    """Every multi-device Lightning run prints them; next to a traceback they rank low."""
+    warning = (
+        "PossibleUserWarning: Using `DistributedSampler` with the dataloaders. During "
+        "`trainer.validate()`, it is recommended to use `Trainer(devices=1, num_nodes=1)` to "
+        "ensure each sample/batch gets evaluated exactly once. Otherwise, multi-device settings "
+        "use `DistributedSampler` that replicates some samples to make sure all devices have "
+        "same batch size in case of uneven inputs."
+    )
+    crash = (
+        "Traceback (most recent call last):\n"
+        '  File "/home/user/train.py", line 12, in <module>\n'
+        "    main()\n"
+        "ValueError: bad shard\n"
+    )
+    report = analyze_files(tmp_path, {"train.log": f"{warning}\n{crash}"})
+    found = hypothesis(report, "wrong.eval_sharding")
+    assert found.confidence <= 0.3
