@@ -13,10 +13,10 @@ files (memory snapshots, configs) are skipped silently, as `read_memory` skips t
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from pathlib import Path
 
+from triage.files import files_by_head
 from triage.flight_recorder import (
     Analysis,
     analyze_dumps,
@@ -92,21 +92,7 @@ def read_flight_recorder(
 
 def _dump_files(folder: Path) -> list[str]:
     """Every file under the folder that is a pickle or JSON document by its first byte."""
-    found: list[str] = []
-    for root, dirs, names in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for name in sorted(names):
-            path = Path(root) / name
-            try:
-                with path.open("rb") as handle:
-                    head = handle.read(64).lstrip()
-            except OSError:
-                continue
-            if head[:1] == b"\x80" or head[:1] == b"{":
-                found.append(str(path))
-            if len(found) >= MAX_FILES:
-                return found
-    return found
+    return files_by_head(folder, lambda head: head.lstrip()[:1] in (b"\x80", b"{"), 64, MAX_FILES)
 
 
 def _stem(path: str) -> str:

@@ -10,13 +10,13 @@ per traceback or stack dump, each attributed to a rank where the log shows it.
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 import zlib
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from triage.files import regular_files
 from triage.logscan import MAX_LINE, ScanResult, learn_ranks, scan_file
 from triage.models import Evidence, Gap
 from triage.observations import LogFile, RankState, TracebackRecord, is_probe_snapshot
@@ -71,11 +71,8 @@ def _walk(paths: list[str]) -> tuple[list[Path], list[Gap]]:
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            for root, dirs, names in os.walk(path):
-                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-                # is_file: regular files only; opening a FIFO (NCCL's dump pipe) blocks forever
-                found = (Path(root) / n for n in sorted(names) if not n.startswith("."))
-                files += [f for f in found if f.is_file()]
+            for found in regular_files(path):
+                files.append(found)
                 if len(files) > MAX_FILES:
                     break
         elif path.is_file():

@@ -23,7 +23,6 @@ first names only.
 from __future__ import annotations
 
 import math
-import os
 import re
 from collections import Counter
 from collections.abc import Hashable, Iterable
@@ -34,6 +33,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from triage.files import files_by_head
 from triage.models import Evidence, Gap
 from triage.observations import (
     Divergence,
@@ -189,31 +189,13 @@ def _files(given: list[str]) -> tuple[list[str], list[Gap]]:
     for raw in given:
         path = Path(raw)
         if path.is_dir():
-            files += _snapshots_under(path)
+            files += files_by_head(path, is_probe_snapshot, HEAD, MAX_FILES)
         elif path.is_file():
             files.append(raw)
         else:
             why = "not a regular file" if path.exists() else "no such file or directory"
             gaps.append(Gap(source=raw, reason=why, tool="read_probe_snapshots"))
     return list(dict.fromkeys(files))[:MAX_FILES], gaps
-
-
-def _snapshots_under(folder: Path) -> list[str]:
-    found: list[str] = []
-    for root, dirs, names in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for name in sorted(names):
-            path = Path(root) / name
-            try:
-                with path.open("rb") as handle:
-                    head = handle.read(HEAD)
-            except OSError:
-                continue
-            if is_probe_snapshot(head):
-                found.append(str(path))
-            if len(found) >= MAX_FILES:
-                return found
-    return found
 
 
 def _read(path: str) -> bytes:
