@@ -22,7 +22,7 @@ from typing import Any
 from rich.console import Console
 
 from triage.diagnose import job_targets, run_playbook, select_playbook
-from triage.engine import decide
+from triage.engine import decide, hand_over
 from triage.llm import prompt
 from triage.llm.client import LlmError, MessagesClient
 from triage.llm.config import LlmConfig, unavailable_reason
@@ -34,7 +34,6 @@ from triage.playbooks import Playbook, load_playbooks
 from triage.registry import REGISTRY, Registry, ToolRun
 from triage.render.markdown import render_markdown
 from triage.render.terminal import print_report
-from triage.taxonomy import symptom_of
 from triage.text import bound_text
 
 Block = dict[str, Any]
@@ -166,15 +165,9 @@ class ChatSession:
         if run.result.status is ToolStatus.error or not add_runs(self.report, [run]):
             return
         self.report = decide(self.playbook, self.report)
-        top = self.report.verdict
-        if self.playbook.name == "analyze" and top is not None:  # as `triage analyze` names it
-            named = [
-                p
-                for p in self.playbooks.values()
-                if p.name != "analyze" and p.symptom == symptom_of(top.cause_id)
-            ]
-            if named:
-                self.report.symptom, self.report.playbook = named[0].symptom, named[0].name
+        if self.playbook.name == "analyze":  # the verdict names the symptom, as in `analyze`
+            by_symptom = {p.symptom: p for p in self.playbooks.values() if p.name != "analyze"}
+            self.report = hand_over(self.report, by_symptom)
 
     def show_playbook(self, name: str) -> None:
         if not name:

@@ -14,7 +14,7 @@ from triage.models import Finding, Report
 from triage.playbooks import Playbook
 from triage.registry import REGISTRY, Registry, ToolRun
 from triage.rulebook import EvidenceSet, run_rules, select
-from triage.taxonomy import CAUSES
+from triage.taxonomy import CAUSES, symptom_of
 
 CLOSE_CALL = 0.15
 
@@ -81,9 +81,13 @@ def analyze(
 ) -> Report:
     """Symptom unknown: gather what every symptom needs, let every rule speak, and let the
     best hypothesis name the symptom whose playbook then supplies the next steps."""
-    report = triage(intake, targets, registry)
+    return hand_over(triage(intake, targets, registry), by_symptom)
+
+
+def hand_over(report: Report, by_symptom: dict[str, Playbook]) -> Report:
+    """The intake's best hypothesis names the symptom; its playbook gives the next steps."""
     top = report.verdict
-    playbook = by_symptom.get(top.cause_id.split(".")[0]) if top else None
+    playbook = by_symptom.get(symptom_of(top.cause_id)) if top else None
     if playbook is not None:
         report.symptom, report.playbook = playbook.symptom, playbook.name
         report.next_steps = _next_steps(playbook, report)
