@@ -22,7 +22,7 @@ from triage.scenarios.harness import RankJob, ScenarioError
 WRONG_DIR = Path(__file__).resolve().parent
 PROBE_DIR = "probe"
 LOG_DIR = "logs"
-#: A short Flight Recorder: each snapshot's dump beside it stays small.
+#: A short Flight Recorder: the dumps the hung job writes on the signal stay small.
 FR_ENTRIES = "16"
 
 
