@@ -48,7 +48,7 @@ from triage.observations import (
     is_probe_snapshot,
 )
 from triage.registry import ToolError, ToolOutput, tool
-from triage.stacks import classify, is_user_code
+from triage.stacks import classify, is_user_code, stack_evidence
 from triage.text import format_ranks
 
 MAX_BYTES = 512 << 20
@@ -538,19 +538,7 @@ def _signal_stack(snapshot: ProbeSnapshot, path: str) -> list[Evidence]:
         return []
     state = classify(main.frames, pid=snapshot.pid, rank=snapshot.rank, host=snapshot.host)
     state.thread = main.thread
-    who = f"rank{snapshot.rank}" if snapshot.rank is not None else f"pid{snapshot.pid}"
-    where = f" at {state.user_frame.location()}" if state.user_frame else ""
-    return [
-        Evidence(
-            id=f"stack:{who}:probe{snapshot.call}",
-            kind="stack",
-            source=path,
-            rank=snapshot.rank,
-            summary=f"{who.replace('rank', 'rank ')} (triage.probe, on the signal): "
-            f"{state.describe()}{where}",
-            data=state.model_dump(mode="json"),
-        )
-    ]
+    return [stack_evidence(state, path, "triage.probe, on the signal", f":probe{snapshot.call}")]
 
 
 # --- comparing the ranks of each call ----------------------------------------------------

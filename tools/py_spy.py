@@ -17,8 +17,14 @@ from triage import pyspy
 from triage.models import Evidence, Gap
 from triage.observations import RankState
 from triage.registry import ToolError, ToolOutput, tool
-from triage.stacks import GROUP_SETUP_OPS, P2P_OPS, classify, frames_from_py_spy, pick_main_thread
-from triage.text import bound_text
+from triage.stacks import (
+    GROUP_SETUP_OPS,
+    P2P_OPS,
+    classify,
+    frames_from_py_spy,
+    pick_main_thread,
+    stack_evidence,
+)
 
 INSTALL_HINT = "install py-spy (`pip install py-spy`, it ships the binary) or put it on PATH"
 PTRACE_HINT = (
@@ -111,13 +117,6 @@ def _spawn_index(state: RankState) -> int | None:
     return None
 
 
-def format_stack(state: RankState) -> str:
-    lines = [f"Thread {state.thread or '?'} of pid {state.pid} (rank {state.rank}):"]
-    for frame in state.frames:
-        lines.append(f"  {frame.function} ({frame.file}:{frame.line})")
-    return bound_text("\n".join(lines), 3000)
-
-
 @tool(name="dump_stacks")
 def dump_stacks(
     pids: list[int],
@@ -167,17 +166,5 @@ def dump_stacks(
         )
         if state.rank is None:
             state.rank = _spawn_index(state)
-        who = f"rank{state.rank}" if state.rank is not None else f"pid{dump.pid}"
-        where = f" at {state.user_frame.location()}" if state.user_frame else ""
-        evidence.append(
-            Evidence(
-                id=f"stack:{who}",
-                kind="stack",
-                source=f"pid:{dump.pid}",
-                rank=state.rank,
-                summary=f"{who.replace('rank', 'rank ')}: {state.describe()}{where}",
-                data=state.model_dump(mode="json"),
-                excerpt=format_stack(state),
-            )
-        )
+        evidence.append(stack_evidence(state, f"pid:{dump.pid}"))
     return ToolOutput(evidence=evidence, gaps=gaps)

@@ -11,7 +11,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from triage.models import Evidence
 from triage.observations import Frame, RankActivity, RankState
+from triage.text import bound_text
 
 COLLECTIVE_OPS = frozenset(
     {
@@ -273,3 +275,22 @@ def render_stack_tree(
 
     walk(root, 0)
     return lines
+
+
+def stack_evidence(state: RankState, source: str, taken_by: str = "", tag: str = "") -> Evidence:
+    """A rank's classified stack as `stack` evidence: what the hang rules and grouping read,
+    whoever took it (py-spy, or triage.probe on the signal)."""
+    who = f"rank{state.rank}" if state.rank is not None else f"pid{state.pid}"
+    where = f" at {state.user_frame.location()}" if state.user_frame else ""
+    by = f" ({taken_by})" if taken_by else ""
+    lines = [f"Thread {state.thread or '?'} of pid {state.pid} (rank {state.rank}):"]
+    lines += [f"  {frame.function} ({frame.file}:{frame.line})" for frame in state.frames]
+    return Evidence(
+        id=f"stack:{who}{tag}",
+        kind="stack",
+        source=source,
+        rank=state.rank,
+        summary=f"{who.replace('rank', 'rank ')}{by}: {state.describe()}{where}",
+        data=state.model_dump(mode="json"),
+        excerpt=bound_text("\n".join(lines), 3000),
+    )
