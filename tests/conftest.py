@@ -11,7 +11,7 @@ import pytest
 
 from triage.engine import analyze, triage
 from triage.models import Finding, Report
-from triage.playbooks import load_playbooks
+from triage.playbooks import load_playbooks, symptom_playbooks
 from triage.plugins import load_all
 
 REPO = Path(__file__).resolve().parent.parent
@@ -33,7 +33,7 @@ def analyze_files(tmp_path: Path, files: dict[str, str], symptom: str | None = N
     for name, text in files.items():
         (tmp_path / name).write_text(text if text.endswith("\n") else text + "\n")
     playbooks = load_playbooks()
-    by_symptom = {p.symptom: p for p in playbooks.values() if p.name != "analyze"}
+    by_symptom = symptom_playbooks(playbooks)
     targets = {"paths": [str(tmp_path)], "pids": []}
     if symptom is None:
         return analyze(playbooks["analyze"], by_symptom, targets)

@@ -30,7 +30,7 @@ from triage.llm.loop import AUTO, account
 from triage.llm.merge import add_runs
 from triage.llm.toolbox import ToolBox, describe, is_path_param, with_cache_breakpoint
 from triage.models import LlmRun, Report, ToolStatus
-from triage.playbooks import Playbook, load_playbooks
+from triage.playbooks import Playbook, load_playbooks, symptom_playbooks
 from triage.registry import REGISTRY, Registry, ToolRun
 from triage.render.markdown import render_markdown
 from triage.render.terminal import print_report
@@ -166,8 +166,7 @@ class ChatSession:
             return
         self.report = decide(self.playbook, self.report)
         if self.playbook.name == "analyze":  # the verdict names the symptom, as in `analyze`
-            by_symptom = {p.symptom: p for p in self.playbooks.values() if p.name != "analyze"}
-            self.report = hand_over(self.report, by_symptom)
+            self.report = hand_over(self.report, symptom_playbooks(self.playbooks))
 
     def show_playbook(self, name: str) -> None:
         if not name:

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from triage.engine import analyze, triage
 from triage.models import Report
-from triage.playbooks import Playbook, PlaybookError, load_playbooks
+from triage.playbooks import Playbook, PlaybookError, load_playbooks, symptom_playbooks
 
 # `analyze` lets the evidence name the symptom; the others fix it.
 Symptom = Literal["analyze", "hang", "comm", "oom", "config", "wrong"]
@@ -41,7 +41,7 @@ def select_playbook(
     """The playbook for `symptom` (None or "analyze": the intake playbook), and every
     symptom's playbook, from which the intake's verdict picks the next steps."""
     playbooks = load_playbooks(plugin_dirs)
-    by_symptom = {p.symptom: p for p in playbooks.values() if p.name != "analyze"}
+    by_symptom = symptom_playbooks(playbooks)
     chosen = playbooks.get("analyze") if symptom in (None, "analyze") else by_symptom.get(symptom)
     if chosen is None:
         raise PlaybookError(f"no playbook for symptom {symptom or 'analyze'!r}")

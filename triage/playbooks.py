@@ -113,6 +113,11 @@ def load_playbooks(extra_dirs: list[Path] | None = None) -> dict[str, Playbook]:
     return found
 
 
+def symptom_playbooks(playbooks: dict[str, Playbook]) -> dict[str, Playbook]:
+    """Each symptom's playbook, by symptom; the intake playbook (`analyze`) is none of them."""
+    return {p.symptom: p for p in playbooks.values() if p.name != "analyze"}
+
+
 def get_playbook(name: str, extra_dirs: list[Path] | None = None) -> Playbook:
     playbooks = load_playbooks(extra_dirs)
     if name not in playbooks:

@@ -36,7 +36,7 @@ import psutil
 from triage.engine import analyze, triage
 from triage.errors import TriageError
 from triage.models import Gap, Report
-from triage.playbooks import Playbook, load_playbooks
+from triage.playbooks import Playbook, load_playbooks, symptom_playbooks
 from triage.probe_signal import (
     DUMP_DIR_ENV,
     SAFE_SIGNALS,
@@ -585,7 +585,7 @@ def _playbooks(hung: bool, plugin_dirs: list[Path]) -> tuple[Playbook, dict[str,
     intake, hang = playbooks["analyze"], playbooks["hang"]
     tools = {step.tool for step in hang.steps}
     steps = [*hang.steps, *(step for step in intake.steps if step.tool not in tools)]
-    by_symptom = {p.symptom: p for p in playbooks.values() if p.name != "analyze"}
+    by_symptom = symptom_playbooks(playbooks)
     if hung:
         merged = hang.model_copy(update={"name": "run", "steps": steps, "causes": ["*"]})
     else:
