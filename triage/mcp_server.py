@@ -28,7 +28,7 @@ from triage.diagnose import Symptom, job_targets, run_playbook, select_playbook
 from triage.errors import TriageError
 from triage.models import Contract, Gap, Report, ToolResult, ToolStatus
 from triage.redact import redact_text, redact_value
-from triage.registry import REGISTRY, ToolSpec
+from triage.registry import REGISTRY, ToolSpec, validation_reason
 from triage.render import confidence_label
 from triage.text import bound_text, format_ranks
 
@@ -236,10 +236,6 @@ def error_result(message: str) -> types.CallToolResult:
     return types.CallToolResult(
         content=[types.TextContent(text=redact_text(message))], is_error=True
     )
-
-
-def validation_reason(exc: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in exc.errors())
 
 
 def serve(plugin_dirs: list[Path] | None = None) -> None:

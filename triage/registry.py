@@ -20,6 +20,11 @@ from triage.models import Evidence, Gap, ToolResult, ToolStatus
 from triage.text import bound_text
 
 
+def validation_reason(exc: ValidationError) -> str:
+    """Pydantic's errors as one line: `field.path: message; ...`."""
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in exc.errors())
+
+
 class ToolError(Exception):
     """A tool could not gather its evidence; the message is the one-line reason."""
 
@@ -151,8 +156,7 @@ class Registry:
         except ToolError as exc:
             return _failed(name, params, started, exc.reason, exc.hint)
         except ValidationError as exc:
-            reason = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-            return _failed(name, params, started, f"invalid input: {reason}", None)
+            return _failed(name, params, started, f"invalid input: {validation_reason(exc)}", None)
         except KeyError as exc:
             return _failed(name, params, started, str(exc.args[0]), "see `triage tools list`")
         except Exception as exc:  # a tool bug must not lose the rest of the report

@@ -25,7 +25,7 @@ from pydantic import Field, JsonValue, ValidationError
 
 from triage.grouping import group_ranks
 from triage.models import Contract, Evidence, Finding, LlmRun, Location, Report
-from triage.registry import ToolRun
+from triage.registry import ToolRun, validation_reason
 from triage.rulebook import EvidenceSet
 from triage.taxonomy import CAUSES
 
@@ -83,11 +83,7 @@ def validate(raw: object, evidence_ids: set[str]) -> SubmittedReport:
     try:
         submitted = SubmittedReport.model_validate(raw)
     except ValidationError as exc:
-        raise InvalidReport(
-            "; ".join(
-                f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in exc.errors()
-            )
-        ) from None
+        raise InvalidReport(validation_reason(exc)) from None
     problems: list[str] = []
     seen: set[str] = set()
     for index, hypothesis in enumerate(submitted.hypotheses):
