@@ -2,7 +2,7 @@
 torch's own analyzer on the same files.
 
 For 256, 1,024 and 4,096 ranks (200 entries each, one rank missing from the last
-collective), dumps in torch's NCCL format (triage.scenarios.flight_recorder: torch's
+collective), dumps in torch's NCCL format (tests.synthetic_fr: torch's
 schema and pickle layout, files named nccl_trace_rank_<N>) are written to a temporary
 folder. Both analyzers run on them in this run, as subprocesses: `triage analyze DIR
 --json` and `python -m torch.distributed.flight_recorder.fr_trace DIR -p
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import psutil
 
-from triage.scenarios.flight_recorder import DEFAULT_PREFIX, plant, write_dumps
+from tests.synthetic_fr import DEFAULT_PREFIX, plant, write_dumps
 
 TARGET_RATIO = 20.0
 TARGET_SECONDS = 10.0

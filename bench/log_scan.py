@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import triage.logscan  # noqa: F401  (registers the block anchors the scanner also uses)
-from triage import signatures
+import triage.readers.logscan  # noqa: F401  (registers the block anchors the scanner also uses)
+from triage.readers import signatures
 
 TARGET_RATIO = 3.0
 TARGET_RSS_MB = 200.0

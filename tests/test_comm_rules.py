@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import analyze_files, hypothesis
 from triage.models import Report
-from triage.signatures import matches
+from triage.readers.signatures import matches
 
 # --- real text --------------------------------------------------------------------------
 

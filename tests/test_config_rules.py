@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import analyze_files, hypothesis
 from triage.models import Finding, Report
-from triage.signatures import matches
+from triage.readers.signatures import matches
 
 VENV = "/opt/venv/lib/python3.11/site-packages"
 

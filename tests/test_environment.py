@@ -21,12 +21,11 @@ import psutil
 import pytest
 
 from triage.engine import triage
-from triage.environment_facts import select_interfaces
 from triage.models import Evidence, Finding
 from triage.observations import EnvironmentFacts, Gpu, IbPort, Interface, MasterCheck
 from triage.playbooks import get_playbook
-from triage.registry import REGISTRY
-from triage.rulebook import RULES, EvidenceSet
+from triage.readers.environment import select_interfaces
+from triage.registry import REGISTRY, RULES, EvidenceSet
 from triage.scenarios.harness import free_port
 
 CHILD = "import sys, time\nprint('ready', flush=True)\ntime.sleep(120)\n"
@@ -246,7 +245,7 @@ def test_gone_pids_are_gaps_or_an_error(spawn) -> None:
 
 
 def test_without_nvidia_smi_gpus_are_a_gap(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sys.modules["triage.tools.environment"].shutil, "which", lambda name: None)
+    monkeypatch.setattr(sys.modules["triage.tools.check_environment"].shutil, "which", lambda name: None)
     run = REGISTRY.run("check_environment", {})
     host = EnvironmentFacts.model_validate(run.evidence[0].data)
     assert host.gpus is None

@@ -2,7 +2,7 @@
 
 Real dumps of hung 4-rank gloo jobs (tests/fixtures/flight_recorder, recorded by record.py
 there with torch's own dump call) cover what gloo can show; dumps written by
-triage.scenarios.flight_recorder, which follows the schema and pickle layout torch's NCCL
+tests.synthetic_fr, which follows the schema and pickle layout torch's NCCL
 backend writes, cover started/completed states, send/recv, missing files and scale.
 """
 
@@ -21,13 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.conftest import REPO, triage_cli
-from triage import flight_recorder as fr
-from triage.cli import app
-from triage.models import Evidence, Location
-from triage.observations import FROp, FRSide, FRStuckGroup
-from triage.registry import REGISTRY
-from triage.safe_pickle import load_untrusted
-from triage.scenarios.flight_recorder import (
+from tests.synthetic_fr import (
     FAULT_LINE,
     Call,
     Group,
@@ -39,6 +33,12 @@ from triage.scenarios.flight_recorder import (
     rank_dump,
     write_dumps,
 )
+from triage.cli import app
+from triage.models import Evidence, Location
+from triage.observations import FROp, FRSide, FRStuckGroup
+from triage.readers import flight_recorder as fr
+from triage.readers.safe_pickle import load_untrusted
+from triage.registry import REGISTRY
 
 FIXTURES = REPO / "tests" / "fixtures" / "flight_recorder"
 REAL = sorted(p.parent for p in FIXTURES.glob("*/expected.json"))
@@ -68,7 +68,7 @@ def run_tool(**params: Any) -> Any:
 def findings(run: Any) -> dict[str, Any]:
     """The hang rules applied to a tool run's evidence: cause -> best finding."""
     from triage.engine import rank
-    from triage.rulebook import EvidenceSet, run_rules, select
+    from triage.registry import EvidenceSet, run_rules, select
 
     found = [f for _, f in run_rules(select(["hang.*"]), EvidenceSet(run.evidence))]
     return {f.cause_id: f for f in rank(found)}
@@ -170,7 +170,7 @@ def side(state: str, ranks: list[int], op: str, file: Path | str, line: int) -> 
 
 
 def test_left_the_loop_reads_the_source(tmp_path: Path):
-    from triage.rules._fr import left_the_loop
+    from triage.rules.fr._stuck_groups import left_the_loop
 
     train = tmp_path / "train.py"
     train.write_text(TRAIN)
@@ -187,7 +187,7 @@ def test_left_the_loop_reads_the_source(tmp_path: Path):
 
 
 def test_a_barrier_in_a_rank_branch_is_a_mismatch_one_after_the_loop_uneven(tmp_path: Path):
-    from triage.rulebook import EvidenceSet, run_rules, select
+    from triage.registry import EvidenceSet, run_rules, select
 
     train = tmp_path / "train.py"
     train.write_text(TRAIN)
@@ -268,7 +268,7 @@ def test_hang_report_from_flight_recorder_shows_ranks_by_state():
 
 def test_flight_recorder_groups_name_ranks_without_a_dump_and_p2p_waits(tmp_path: Path):
     from triage.grouping import group_ranks
-    from triage.rulebook import EvidenceSet
+    from triage.registry import EvidenceSet
 
     exited = generated(tmp_path, "rank_exited")
     run = run_tool(pickle_files=[str(p) for p in dump_files(exited)])

@@ -8,8 +8,8 @@ from tests.conftest import analyze_files
 from triage.grouping import group_ranks, latest_stacks, merged_stacks
 from triage.models import Evidence
 from triage.observations import Frame
-from triage.rulebook import EvidenceSet
-from triage.stacks import classify
+from triage.readers.stacks import classify
+from triage.registry import EvidenceSet
 
 C10D = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
 

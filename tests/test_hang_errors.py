@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import triage_cli
-from triage import pyspy
+from triage.readers import pyspy
 from triage.registry import REGISTRY
 
 SLEEPER = "import time\nwhile True:\n    time.sleep(0.05)\n"

@@ -15,8 +15,8 @@ from tests.conftest import REPO
 from triage.engine import decide
 from triage.models import Evidence, Report
 from triage.playbooks import get_playbook
+from triage.readers.stacks import classify, frames_from_py_spy, pick_main_thread
 from triage.scenarios import RankJob
-from triage.stacks import classify, frames_from_py_spy, pick_main_thread
 
 FIXTURES = REPO / "tests" / "fixtures" / "stacks"
 SCENARIO_DIRS = sorted(p.parent for p in FIXTURES.glob("*/meta.json"))

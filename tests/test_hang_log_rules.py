@@ -18,11 +18,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import requires_torch, triage_cli
-from triage import pyspy, signatures
 from triage.engine import rank as ranked
 from triage.models import Finding
-from triage.registry import REGISTRY
-from triage.rulebook import EvidenceSet, run_rules, select
+from triage.readers import pyspy, signatures
+from triage.registry import REGISTRY, EvidenceSet, run_rules, select
 
 DEV = (
     "TensorDeviceTypes=TensorOptions(dtype=float (default), device=cpu, layout=Strided "

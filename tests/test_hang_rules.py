@@ -8,7 +8,7 @@ from triage.engine import decide
 from triage.models import Evidence, Report
 from triage.observations import Frame, MissingRank, RankProcess
 from triage.playbooks import get_playbook
-from triage.stacks import classify
+from triage.readers.stacks import classify
 
 SITE = "/venv/lib/python3.11/site-packages"
 C10D = f"{SITE}/torch/distributed/distributed_c10d.py"
@@ -171,7 +171,7 @@ def test_4096_ranks_read_as_a_few_groups(tmp_path):
     assert [len(g.ranks) for g in report.rank_groups] == [4095, 1]
     assert report.hypotheses[0].ranks == [1234]
     from triage.grouping import merged_stacks
-    from triage.rulebook import EvidenceSet
+    from triage.registry import EvidenceSet
 
     lines = merged_stacks(EvidenceSet(report.evidence))
     assert len(lines) == 3 and lines[1].lstrip().startswith("[0-1233,1235-4095]")
@@ -222,7 +222,7 @@ def test_branch_inside_the_epoch_loop_is_a_mismatch_not_uneven(tmp_path):
 
 def test_source_of_another_host_is_found_under_the_working_directory(tmp_path, monkeypatch):
     """Logs name the job's own paths; a checkout elsewhere still answers by the path's tail."""
-    from triage import source
+    from triage.readers import source
 
     project = tmp_path / "checkout" / "proj"
     project.mkdir(parents=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from triage.logscan import hit_lines, learn_ranks, scan_file
+from triage.readers.logscan import hit_lines, learn_ranks, scan_file
 
 ELASTIC_REPORT = """\
 [default1]:[rank1]: Traceback (most recent call last):

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from tests.conftest import requires_torch
-from triage import signatures
+from triage.readers import signatures
+from triage.readers.safe_pickle import UntrustedPickleError, load_untrusted
+from triage.readers.signatures import parse_size
 from triage.registry import REGISTRY, ToolRun
-from triage.safe_pickle import UntrustedPickleError, load_untrusted
-from triage.signatures import parse_size
 
 FIXTURES = Path(__file__).parent / "fixtures" / "memory"
 GiB, MiB = 2**30, 2**20

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import analyze_files, hypothesis
-from triage import signatures
-from triage.logscan import scan_file
 from triage.models import Report
-from triage.signatures.memory import SummaryTable
+from triage.readers import signatures
+from triage.readers.logscan import scan_file
+from triage.readers.signatures.memory import SummaryTable
 
 MiB, GiB = 2**20, 2**30
 

@@ -28,8 +28,8 @@ from .conftest import REPO, triage_cli
 
 BUNDLED_IN_WHEEL = [
     "triage/tools/__init__.py",
-    "triage/tools/py_spy.py",
-    "triage/tools/processes.py",
+    "triage/tools/dump_stacks.py",
+    "triage/tools/discover_ranks.py",
     "triage/playbooks/hang.md",
     "triage/SKILL.md",
     "triage/rules/__init__.py",
@@ -100,7 +100,7 @@ def test_bundled_dirs_resolve_in_checkout() -> None:
         bundled_dir("playbooks"),
         bundled_dir("SKILL.md"),
     )
-    assert (tools / "py_spy.py").is_file() and (tools / "processes.py").is_file()
+    assert (tools / "dump_stacks.py").is_file() and (tools / "discover_ranks.py").is_file()
     assert (playbooks / "hang.md").is_file()
     assert skill.is_file() and skill.name == "SKILL.md"
     if Path(triage.__file__).resolve().parent == REPO / "triage":

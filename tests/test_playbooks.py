@@ -18,8 +18,7 @@ from triage.playbooks import (
     load_playbooks,
     parse_playbook,
 )
-from triage.registry import REGISTRY, Registry, ToolOutput
-from triage.rulebook import DOC_SECTIONS, RULES
+from triage.registry import DOC_SECTIONS, REGISTRY, RULES, Registry, ToolOutput
 from triage.taxonomy import CAUSES
 
 

@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import requires_torch
-from triage import probe_signal
+from triage.job import probe_signal
 from triage.observations import ProbeSnapshot
-from triage.safe_pickle import load_untrusted
+from triage.readers.safe_pickle import load_untrusted
 from triage.scenarios import free_port
 
 with pytest.MonkeyPatch.context() as _env:

@@ -69,16 +69,26 @@ def test_output_is_bounded():
     assert len(run.result.output) < 5000
 
 
-def test_rule_modules_are_named_by_the_cause_family_they_emit():
-    """`load_rules` imports a playbook's families by file name; a misnamed rule never runs."""
-    from triage.rulebook import RULES
+def test_rule_modules_are_named_by_their_rule_id():
+    """`rules/<source>/<name>.py` holds rule `<source>.<name>`, so the path is the ID."""
+    from triage.registry import RULES
 
-    for rule in RULES.values():
-        module = rule.detect.__module__
-        if not module.startswith("triage.rules."):
-            continue
-        family = module.rsplit(".", 1)[1].split("_", 1)[0]
-        assert rule.cause_id.split(".")[0] == family, (module, rule.cause_id)
+    bundled = [r for r in RULES.values() if r.detect.__module__.startswith("triage.rules.")]
+    assert len(bundled) >= 60
+    for rule in bundled:
+        assert rule.detect.__module__ == f"triage.rules.{rule.id}", rule.id
+
+
+def test_load_rules_imports_only_the_families_asked_for():
+    code = (
+        "import sys\n"
+        "from triage.plugins import load_rules\n"
+        "load_rules({'oom'})\n"
+        "from triage.registry import RULES\n"
+        "assert RULES and {r.cause_id.split('.')[0] for r in RULES.values()} == {'oom'}\n"
+        "assert 'triage.rules.fr.mismatched_collective' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_rule_families_of_playbook_globs():

@@ -21,8 +21,8 @@ import psutil
 import pytest
 
 from tests.conftest import requires_torch, triage_cli
-from triage import runner
-from triage.safe_pickle import load_untrusted
+from triage.job import runner
+from triage.readers.safe_pickle import load_untrusted
 from triage.scenarios import free_port, main_thread, pid_alive, py_spy_dump
 from triage.scenarios.failures import FAILURES
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from triage.observations import Frame, RankActivity
-from triage.stacks import build_stack_tree, classify, is_user_code
+from triage.readers.stacks import build_stack_tree, classify, is_user_code
 
 SITE = "/venv/lib/python3.11/site-packages"
 C10D = f"{SITE}/torch/distributed/distributed_c10d.py"

@@ -16,12 +16,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from triage.files import regular_files
-from triage.logscan import MAX_LINE, ScanResult, learn_ranks, scan_file
 from triage.models import Evidence, Gap
 from triage.observations import LogFile, RankState, TracebackRecord, is_probe_snapshot
+from triage.readers.files import regular_files
+from triage.readers.logscan import MAX_LINE, ScanResult, learn_ranks, scan_file
+from triage.readers.stacks import classify
 from triage.registry import ToolError, ToolOutput, tool
-from triage.stacks import classify
 from triage.text import bound_text
 
 MAX_FILES = 50_000

@@ -174,7 +174,7 @@ def hang(
     _load(playbook.causes)
     probed = None
     if signal_probe:
-        from triage.probe_signal import ask
+        from triage.job.probe_signal import ask
 
         probed = ask(all_pids, launcher_pid)
     paths = [*(logs or []), *(probed.evidence_paths() if probed else [])]
@@ -372,7 +372,7 @@ def run(
     Exits with the job's exit code, or 3 when the job hung (it is left running unless
     --kill-on-hang). Everything is written to --out (default ./triage-run-<time>).
     """
-    from triage.runner import RunError, RunOptions, run_job
+    from triage.job.runner import RunError, RunOptions, run_job
 
     _load()
     options = RunOptions(
@@ -512,7 +512,7 @@ def rules_list(
     brief: Annotated[bool, typer.Option("--brief", help="One line per rule.")] = False,
 ) -> None:
     """Each rule with the cause ID it emits and its documentation."""
-    from triage.rulebook import DOC_SECTIONS, select
+    from triage.registry import DOC_SECTIONS, select
     from triage.taxonomy import CAUSES
 
     _load()

@@ -12,8 +12,7 @@ from typing import Any
 from triage.grouping import group_ranks
 from triage.models import Finding, Report
 from triage.playbooks import Playbook
-from triage.registry import REGISTRY, Registry, ToolRun
-from triage.rulebook import EvidenceSet, run_rules, select
+from triage.registry import REGISTRY, EvidenceSet, Registry, ToolRun, run_rules, select
 from triage.taxonomy import CAUSES, symptom_of
 
 CLOSE_CALL = 0.15

@@ -1,14 +1,14 @@
 """The `triage` console script.
 
 It starts a live hang's py-spy dumps before importing the CLI (see
-`triage.pyspy.start_early`): start-up is most of what on-call waits for.
+`triage.readers.pyspy.start_early`): start-up is most of what on-call waits for.
 """
 
 from __future__ import annotations
 
 import sys
 
-from triage import pyspy
+from triage.readers import pyspy
 
 
 def main() -> None:

@@ -13,8 +13,8 @@ from triage.observations import (
     RankProcess,
     RankState,
 )
-from triage.rulebook import EvidenceSet
-from triage.stacks import build_stack_tree, render_stack_tree
+from triage.readers.stacks import build_stack_tree, render_stack_tree
+from triage.registry import EvidenceSet
 from triage.text import format_ranks
 
 

@@ -72,11 +72,21 @@ class ToolResult(Contract):
     evidence_ids: list[str] = Field(default_factory=list)
 
 
-class Finding(Contract):
-    """One ranked root-cause hypothesis; `cause_id` comes from the taxonomy."""
+def _ids_required(schema: dict[str, Any]) -> None:
+    """Every published Finding carries both IDs; only a rule may leave them to `@rule`."""
+    schema["required"] = ["rule_id", "cause_id", *schema.get("required", [])]
 
-    rule_id: str
-    cause_id: str
+
+class Finding(Contract):
+    """One ranked root-cause hypothesis; `cause_id` comes from the taxonomy.
+
+    A rule's findings get its rule and cause IDs from `@rule`, which stamps them.
+    """
+
+    model_config = ConfigDict(json_schema_extra=_ids_required)
+
+    rule_id: str = ""
+    cause_id: str = ""
     title: str
     summary: str
     ranks: list[int] = Field(default_factory=list, description="Culprit ranks.")

@@ -362,7 +362,7 @@ class MemoryGrowth(Payload):
     paths: list[str] = Field(default_factory=list)
 
 
-# --- Flight Recorder dumps (tools/flight_recorder.py) --------------------------------------------------------------------
+# --- Flight Recorder dumps (tools/read_flight_recorder.py) --------------------------------------------------------------------
 
 
 class FROp(Payload):

@@ -102,17 +102,22 @@ def rule_families(causes: Iterable[str]) -> set[str] | None:
     return None if any(set(f) & set("*?[") for f in families) else families
 
 
+_RULE_CAUSE = re.compile(r"""@rule\(\s*["'][\w.]+["']\s*,\s*["']([\w.]+)["']""")
+
+
 def load_rules(families: set[str] | None = None) -> None:
     """Register the bundled rules of some cause families (all when None, idempotent).
 
-    A rule module's name starts with its cause family (`oom_leak.py`), so a playbook
-    imports only the families its causes name.
+    Rules live in `rules/<source>/<name>.py` (rule ID `<source>.<name>`); the cause each
+    registers is read from its `@rule(...)` line, so a playbook imports only the rules of
+    the families its causes name.
     """
-    _package(_PACKAGE_DIR / "rules", "triage.rules")
-    for path in _modules(_PACKAGE_DIR / "rules"):
-        family = path.stem.split("_", 1)[0]
-        if families is None or family in families:
-            importlib.import_module(f"triage.rules.{path.stem}")
+    directory = _PACKAGE_DIR / "rules"
+    for source in sorted(p for p in directory.iterdir() if (p / "__init__.py").exists()):
+        for path in _modules(source):
+            causes = _RULE_CAUSE.findall(path.read_text(encoding="utf-8"))
+            if families is None or any(c.split(".", 1)[0] in families for c in causes):
+                importlib.import_module(f"triage.rules.{source.name}.{path.stem}")
 
 
 def load_plugins(dirs: list[Path]) -> list[str]:

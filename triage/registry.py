@@ -1,22 +1,26 @@
-"""The tool registry: evidence tools are plain typed functions registered by name.
+"""The registry: evidence tools and rules, each a plain function registered by name.
 
-The CLI, the engine, the LLM loop and the MCP server all reach tools only through
-this registry, so a tool written once is callable everywhere with the same name,
-description and input schema.
+The CLI, the engine, the LLM loop and the MCP server reach tools and rules only through
+here, so a tool written once is callable everywhere with the same name, description and
+input schema, and a rule is documented by its own docstring (`triage rules list`).
 """
 
 from __future__ import annotations
 
+import fnmatch
+import functools
 import importlib
 import inspect
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from triage.models import Evidence, Gap, ToolResult, ToolStatus
+from triage.models import Evidence, Finding, Gap, ToolResult, ToolStatus
+from triage.taxonomy import is_cause
 from triage.text import bound_text
 
 
@@ -207,3 +211,121 @@ def tool(
         return func
 
     return decorate
+
+
+# --- rules ------------------------------------------------------------------------------
+
+DOC_SECTIONS = (
+    "What it detects",
+    "Why it happens",
+    "Evidence",
+    "Fix",
+    "Known false positives",
+    "References",
+)
+
+P = TypeVar("P", bound=BaseModel)
+T = TypeVar("T")
+
+
+class EvidenceSet:
+    """All evidence of one triage, with typed access to the payloads rules read."""
+
+    def __init__(self, items: Iterable[Evidence]) -> None:
+        self.items = list(items)
+        self._memo: dict[object, Any] = {}
+
+    def of_kind(self, kind: str) -> list[Evidence]:
+        return [e for e in self.items if e.kind == kind]
+
+    def payloads(self, kind: str, model: type[P]) -> list[tuple[Evidence, P]]:
+        """Parsed once per set: every rule reads the same thousands of stacks."""
+        return self.derived(
+            (kind, model), lambda: [(e, model.model_validate(e.data)) for e in self.of_kind(kind)]
+        )
+
+    def derived(self, key: object, compute: Callable[[], T]) -> T:
+        """A view computed once from this evidence and shared by the rules that need it."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return cast(T, self._memo[key])
+
+
+Detector = Callable[[EvidenceSet], Iterable[Finding]]
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    cause_id: str
+    detect: Detector
+    doc: dict[str, str]
+    original: Detector
+
+    @property
+    def title(self) -> str:
+        return self.doc.get("title", self.id)
+
+
+RULES: dict[str, Rule] = {}
+
+
+def parse_doc(text: str) -> dict[str, str]:
+    """Split a rule docstring into its title line and its named sections."""
+    lines = inspect.cleandoc(text).splitlines()
+    doc = {"title": lines[0].strip() if lines else ""}
+    current = None
+    pattern = re.compile(rf"^({'|'.join(map(re.escape, DOC_SECTIONS))}):\s*$")
+    for line in lines[1:]:
+        match = pattern.match(line.strip())
+        if match:
+            current = match.group(1)
+            doc[current] = ""
+        elif current:
+            doc[current] = (doc[current] + "\n" + line.strip()).strip()
+    return doc
+
+
+def rule(rule_id: str, cause_id: str) -> Callable[[Detector], Detector]:
+    """Register a detector; its docstring must hold every section of DOC_SECTIONS.
+
+    The registered detector stamps `rule_id` and `cause_id` on every finding it yields,
+    so a rule names them once, here.
+    """
+
+    def decorate(detect: Detector) -> Detector:
+        if not is_cause(cause_id):
+            raise ValueError(f"rule {rule_id}: unknown cause ID {cause_id!r}")
+        doc = parse_doc(detect.__doc__ or "")
+        missing = [s for s in DOC_SECTIONS if s not in doc]
+        if missing:
+            raise ValueError(f"rule {rule_id}: doc lacks sections {missing}")
+        if rule_id in RULES and RULES[rule_id].original is not detect:
+            raise ValueError(f"rule {rule_id} is registered twice")
+
+        @functools.wraps(detect)
+        def stamped(evidence: EvidenceSet) -> Iterator[Finding]:
+            for finding in detect(evidence):
+                finding.rule_id, finding.cause_id = rule_id, cause_id
+                yield finding
+
+        RULES[rule_id] = Rule(rule_id, cause_id, stamped, doc, detect)
+        return detect
+
+    return decorate
+
+
+def select(patterns: Iterable[str]) -> list[Rule]:
+    """Rules whose cause ID matches any glob, e.g. `hang.*`."""
+    patterns = list(patterns)
+    return [
+        r
+        for r in sorted(RULES.values(), key=lambda r: r.id)
+        if any(fnmatch.fnmatchcase(r.cause_id, p) for p in patterns)
+    ]
+
+
+def run_rules(rules: Iterable[Rule], evidence: EvidenceSet) -> Iterator[tuple[Rule, Finding]]:
+    for r in rules:
+        for finding in r.detect(evidence):
+            yield r, finding

@@ -49,6 +49,9 @@ CAUSES: dict[str, str] = {
     "comm.peer_failure": (
         "this rank failed because a remote rank died or reset the connection; root cause is on the peer"
     ),
+    "comm.fabric": (
+        "the GPU fabric is not up: NVSwitch fabric manager stopped or its version differs from the driver, NVLink down (NCCL hangs or fails at init on multi-GPU hosts)"
+    ),
     "comm.unknown": "the symptom is visible but not its cause; the report says what is missing",
     "oom.fragmentation": (
         "much memory reserved but unallocated; allocator fragmentation (expandable_segments helps)"
@@ -98,6 +101,9 @@ CAUSES: dict[str, str] = {
         "launcher and script disagree on arguments or env (--local-rank vs --local_rank, LOCAL_RANK env vs argv)"
     ),
     "config.env_missing": "required launcher env absent or inconsistent (MASTER_ADDR, RANK, ...)",
+    "config.ddp_reducer": (
+        "DDP's reducer cannot follow the backward graph: a parameter marked ready twice (reentrant activation checkpointing, a module or parameter used twice in forward), graph changes under static_graph"
+    ),
     "config.unknown": "the symptom is visible but not its cause; the report says what is missing",
 }
 

@@ -25,8 +25,7 @@ from pydantic import Field, JsonValue, ValidationError
 
 from triage.grouping import group_ranks
 from triage.models import Contract, Evidence, Finding, LlmRun, Location, Report
-from triage.registry import ToolRun, validation_reason
-from triage.rulebook import EvidenceSet
+from triage.registry import EvidenceSet, ToolRun, validation_reason
 from triage.taxonomy import CAUSES
 
 SUBMIT_TOOL = "submit_report"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from triage.grouping import merged_stacks
 from triage.models import LlmRun, Report
+from triage.registry import EvidenceSet
 from triage.render import call_signature, confidence_label, llm_lines
-from triage.rulebook import EvidenceSet
 from triage.text import format_ranks
 
 

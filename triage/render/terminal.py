@@ -9,8 +9,8 @@ from rich.text import Text
 
 from triage.grouping import merged_stacks
 from triage.models import Finding, Location, Report
+from triage.registry import EvidenceSet
 from triage.render import confidence_label, llm_lines, short_path
-from triage.rulebook import EvidenceSet
 from triage.text import bound_text, format_ranks
 
 MAX_EVIDENCE_LINES = 12

@@ -27,7 +27,7 @@ from typing import IO, Any
 
 import psutil
 
-from triage import pyspy
+from triage.readers import pyspy
 
 JOBS_DIR = Path(__file__).resolve().parent / "jobs"
 ARMED_LINE = "TRIAGE-SCENARIO: armed"

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from triage.probe_signal import SnapshotRequest, request_snapshots
+from triage.job.probe_signal import SnapshotRequest, request_snapshots
 from triage.scenarios.harness import RankJob, ScenarioError
 
 WRONG_DIR = Path(__file__).resolve().parent

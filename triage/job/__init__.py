@@ -1,0 +1,1 @@
+"""`triage run`: launch a job under debug settings, watch it, collect its dumps on a hang."""

@@ -1,0 +1,244 @@
+"""c10d rendezvous, TCPStore and gloo: the sockets that set a job up and carry gloo traffic.
+
+Rendezvous failures are the store's server socket that cannot listen (the port is
+taken), clients that cannot reach it (wrong MASTER_ADDR/port, firewall, a host that
+does not resolve) and nodes that never join. torch reworded them over the years:
+
+- torch <= 2.1: `[W socket.cpp:401] [c10d] The server socket has failed to bind to
+  [::]:29400 (errno: 98 - Address already in use).` then `...failed to listen on any
+  local network address.`; clients `The client socket has timed out after 60s while
+  trying to connect to 10.0.0.1:29500` (or `(10.0.0.1, 29500)`).
+- torch >= 2.2: `DistNetworkError: The server socket has failed to listen on any local
+  network address. port: 29500, useIpv6: false, code: -98, name: EADDRINUSE, message:
+  address already in use`; `The client socket has timed out after 2000ms while trying to
+  connect to (host, port).`; `TCP client failed to connect/validate to host H:P`.
+
+Lines that report a peer's death rather than this process's own failure (gloo's
+`Connection closed by peer`, `Connection reset by peer`, a store read of 0 bytes, a
+broken pipe on a gloo or store socket) are marked `peer_symptom`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from triage.readers.signatures import signature
+from triage.readers.signatures.nccl import address_kind
+
+# --- the store's server socket ----------------------------------------------------------
+
+signature(
+    "c10d.bind_failed",
+    r"failed to bind to (?P<address>\S+?)(?::(?P<port>\d+))? \(errno: (?P<errno>\d+) - (?P<reason>[^)]+)\)",
+    anchors="failed to bind to",
+    summary="the store's server socket could not bind its address (errno 98: port in use)",
+)
+
+signature(
+    "c10d.listen_failed",
+    r"failed to listen on any local network address\.?"
+    r"(?:.*?port: (?P<port>\d+))?(?:.*?name: (?P<errname>E[A-Z]+))?(?:.*?message: (?P<reason>.+))?",
+    anchors="failed to listen on any local network address",
+    summary="the store's server socket could not listen on the rendezvous port",
+)
+
+signature(
+    "c10d.address_in_use",
+    r"[Aa]ddress already in use|\bEADDRINUSE\b",
+    anchors=("Address already in use", "address already in use", "EADDRINUSE"),
+    summary="a socket's port is already taken by another process (EADDRINUSE)",
+)
+
+# --- clients reaching the store ---------------------------------------------------------
+
+
+def _timeout(found: re.Match[str]) -> dict[str, Any]:
+    host = found["host"] or found["host2"]
+    return {"host": host} if host else {}
+
+
+signature(
+    "c10d.client_timeout",
+    r"(?:client socket has timed out after (?P<timeout>\d+\s*m?s) while trying to connect to "
+    r"(?:\((?P<host>[^,()\s]+), (?P<port>\d+)\)|(?P<host2>[^\s:]+):(?P<port2>\d+))"
+    r"|connect\(\) timed out\. Original timeout was (?P<timeout_ms>\d+) ms)",
+    anchors=("client socket has timed out", "connect() timed out"),
+    summary="a client could not reach the rendezvous store (MASTER_ADDR/PORT) before its timeout",
+    extract=_timeout,
+)
+
+signature(
+    "c10d.store_connect",
+    r"TCP client failed to connect/validate to host (?P<host>\S+?):(?P<port>\d+) - (?P<state>timed out|retrying)",
+    anchors="TCP client failed to connect",
+    summary="the TCPStore client failed to connect to the store host",
+)
+
+
+def _connect(found: re.Match[str]) -> dict[str, Any]:
+    host = found["host"] or found["host2"] or ""
+    # errno 99 on [localhost] is the IPv6 attempt of a loopback store: noise, not a failure
+    return {"host": host, "noise": found["errno"] == "99" and host in ("localhost", "::1")}
+
+
+signature(
+    "c10d.connect_failed",
+    r"client socket has failed to connect to (?:\[(?P<host>[^\]]+)\]|(?P<host2>[^\s:]+)):(?P<port>\d+)"
+    r" \(errno: (?P<errno>\d+) - (?P<reason>[^)]+)\)",
+    anchors="client socket has failed to connect to",
+    summary="a client's connection attempt to the store failed (refused, unreachable)",
+    extract=_connect,
+)
+
+signature(
+    "c10d.connection_refused",
+    r"Connection refused",
+    anchors="Connection refused",
+    summary="a connection was refused: nothing listens on that address and port",
+)
+
+signature(
+    "c10d.unreachable",
+    r"(?P<reason>Network is unreachable|No route to host)",
+    anchors=("Network is unreachable", "No route to host"),
+    summary="the destination host or network cannot be reached from this host",
+)
+
+
+def _resolution(found: re.Match[str]) -> dict[str, Any]:
+    where = re.search(
+        r"(?P<family>IPv[46] )?network addresses of \((?P<host>[^,]+), ", found.string
+    )
+    if not where:
+        return {}
+    out: dict[str, Any] = {"host": where["host"]}
+    if where["family"]:
+        out["family"] = where["family"].strip()
+    return out
+
+
+signature(
+    "c10d.name_resolution",
+    r"(?P<reason>Name or service not known|Temporary failure in name resolution"
+    r"|nodename nor servname provided|No address associated with hostname|gaierror)",
+    anchors=(
+        "Name or service not known",
+        "Temporary failure in name resolution",
+        "nodename nor servname provided",
+        "No address associated with hostname",
+        "gaierror",
+    ),
+    summary="a hostname (MASTER_ADDR, a node name) does not resolve",
+    extract=_resolution,
+)
+
+# --- rendezvous -------------------------------------------------------------------------
+
+signature(
+    "c10d.rendezvous_timeout",
+    r"RendezvousTimeoutError",
+    anchors="RendezvousTimeoutError",
+    summary="torchelastic's rendezvous timed out before enough nodes joined",
+)
+
+signature(
+    "c10d.rendezvous_connection",
+    r"RendezvousConnectionError(?::\s*(?P<message>.*))?",
+    anchors="RendezvousConnectionError",
+    summary="torchelastic could not reach the rendezvous store",
+)
+
+signature(
+    "c10d.rendezvous_closed",
+    r"RendezvousClosedError",
+    anchors="RendezvousClosedError",
+    summary="the rendezvous was closed by another node's agent (it failed or shut down)",
+    peer_symptom=True,
+)
+
+signature(
+    "c10d.clients_timeout",
+    r"Timed out after (?P<seconds>\d+) seconds waiting for clients\. (?P<joined>\d+)/(?P<expected>\d+) clients joined",
+    anchors="waiting for clients",
+    summary="the store's server waited in vain for every client (some ranks or nodes never connected)",
+    extract=lambda found: {"joined": int(found["joined"]), "expected": int(found["expected"])},
+)
+
+signature(
+    "c10d.store_error",
+    r"DistStoreError(?::\s*(?P<message>.*))?",
+    anchors="DistStoreError",
+    summary="a TCPStore operation failed (timeout waiting for a key or for clients)",
+)
+
+# --- peers going away -------------------------------------------------------------------
+
+signature(
+    "gloo.connection_closed",
+    r"Connection closed by peer \[?(?P<peer>[^\]\s]+)\]?:(?P<port>\d+)",
+    anchors="Connection closed by peer",
+    summary="gloo's peer closed the connection: that process exited or crashed",
+    peer_symptom=True,
+)
+
+signature(
+    "net.connection_reset",
+    r"Connection reset by peer",
+    anchors="Connection reset by peer",
+    summary="the remote end reset the connection: that process died or dropped it",
+    peer_symptom=True,
+)
+
+signature(
+    "c10d.recv_closed",
+    r"[Ff]ailed to recv, got 0 bytes",
+    anchors="got 0 bytes",
+    summary="the store's server closed the connection (the rank hosting the store died)",
+    peer_symptom=True,
+)
+
+signature(
+    "net.broken_pipe",
+    r"(?:sendBytes failed|[Ww]rite error|gloo|pair\.cc|TCPStore|DistNetworkError|RuntimeError)\b.*?Broken pipe",
+    anchors="Broken pipe",
+    summary="a write to a gloo or store socket failed: the reader on the other end is gone",
+    peer_symptom=True,
+)
+
+# --- gloo's own setup -------------------------------------------------------------------
+
+signature(
+    "gloo.no_address",
+    r"Unable to find (?:address|interface) for:? (?P<interface>\S+)",
+    anchors=("Unable to find address for", "Unable to find interface for"),
+    summary="gloo cannot find the interface GLOO_SOCKET_IFNAME names",
+)
+
+signature(
+    "gloo.loopback_fallback",
+    r"Unable to resolve hostname to a \(local\) address",
+    anchors="Unable to resolve hostname to a (local) address",
+    summary="gloo fell back to the loopback address: other hosts cannot reach this rank",
+)
+
+
+def _pair(found: re.Match[str]) -> dict[str, Any]:
+    kind = address_kind(found["address"])
+    return {"address_kind": kind} if kind else {}
+
+
+signature(
+    "gloo.pair_connect",
+    r"\bconnect \[(?P<address>[^\]]+)\]:(?P<port>\d+): (?P<reason>[^.]+)",
+    anchors="connect [",
+    summary="a gloo pair could not connect to a peer's address (refused, unreachable, timed out)",
+    extract=_pair,
+)
+
+signature(
+    "gloo.connect_failed",
+    r"(?:Gloo connectFullMesh failed with (?P<detail>.*)|Connect timeout (?P<peer>\S+))",
+    anchors=("connectFullMesh failed", "Connect timeout"),
+    summary="gloo could not connect its full mesh of pairs between ranks",
+)

@@ -1,0 +1,67 @@
+"""Reproducibility and distributed evaluation: nondeterministic kernels and sharded metrics.
+
+Nondeterminism: with `torch.use_deterministic_algorithms(True)` (torch <= 1.7:
+`torch.set_deterministic(True)`) an op without a deterministic kernel raises
+`RuntimeError: index_add_cuda_ does not have a deterministic implementation, but you set
+'torch.use_deterministic_algorithms(True)'. ...`; with `warn_only=True` (torch >= 1.11) it
+warns the same with `'torch.use_deterministic_algorithms(True, warn_only=True)'`, as a
+Python `UserWarning` or a C++ `[W Context.cpp:82] Warning: ...`. cuBLAS on CUDA >= 10.2
+without CUBLAS_WORKSPACE_CONFIG reports `... but this operation is not deterministic
+because it uses CuBLAS and you have CUDA >= 10.2. ... CUBLAS_WORKSPACE_CONFIG=:4096:8 ...`.
+
+Evaluation sharding: Lightning warns that evaluating with a DistributedSampler replicates
+samples (`... to ensure each sample/batch gets evaluated exactly once`), and that epoch-level
+metrics logged without `sync_dist=True` are not accumulated across devices; accelerate's
+`gather_for_metrics` says when it cannot drop the padded remainder.
+"""
+
+from __future__ import annotations
+
+from triage.readers.signatures import signature
+
+# --- wrong.nondeterminism ----------------------------------------------------------------
+
+_WARNED_AT = r"(?:(?P<file>[^\s:\[\]]+\.py):(?P<lineno>\d+): \w*Warning: )?"
+"""The `file.py:LINE: UserWarning: ` prefix Python puts before a warning: the calling line."""
+
+signature(
+    "determinism.no_deterministic_impl",
+    _WARNED_AT + r"(?P<op>[\w.:]+) does not have a deterministic implementation, but you set "
+    r"'(?P<setting>torch\.(?:use_deterministic_algorithms|set_deterministic)\((?P<args>[^)]*)\))'",
+    anchors="does not have a deterministic implementation, but you set",
+    summary="an op without a deterministic kernel ran while deterministic algorithms were requested",
+)
+
+signature(
+    "determinism.cublas_workspace",
+    _WARNED_AT
+    + r".*?(?:operation (?:\.?(?P<op>[\w.:]+) )?)?is not deterministic because it uses CuBLAS"
+    r"(?: and you have CUDA >= 10\.2)?",
+    anchors="is not deterministic because it uses CuBLAS",
+    summary="cuBLAS ran without CUBLAS_WORKSPACE_CONFIG while deterministic algorithms were requested",
+)
+
+# --- wrong.eval_sharding -----------------------------------------------------------------
+
+signature(
+    "eval.distributed_sampler",
+    r"(?:During `trainer\.(?P<stage>\w+)\(\)`.{0,80}?)?"
+    r"to ensure each sample/batch gets evaluated exactly once",
+    anchors="to ensure each sample/batch gets evaluated exactly once",
+    summary="Lightning evaluates with a DistributedSampler, which pads ranks with repeated samples",
+)
+
+signature(
+    "eval.metric_not_synced",
+    r"It is recommended to use `self\.log\(['\"](?P<metric>[^'\"]*)['\"], \.\.\., sync_dist=True\)` "
+    r"when logging on epoch level in distributed setting",
+    anchors="when logging on epoch level in distributed setting",
+    summary="Lightning logs an epoch-level metric without sync_dist: each rank reports its own shard",
+)
+
+signature(
+    "eval.gather_remainder",
+    r"The used dataset had no length, returning gathered tensors\. You should drop the remainder yourself",
+    anchors="You should drop the remainder yourself",
+    summary="accelerate's gather_for_metrics could not drop the samples padded onto the last batch",
+)

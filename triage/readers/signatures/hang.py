@@ -1,0 +1,250 @@
+"""Hangs seen in logs: watchdog timeouts, per-rank progress, collective fingerprints.
+
+Every line here says where one rank stood when the job stopped: the collective it timed
+out in (sequence number, op, sizes), how far it got (last enqueued / completed work,
+NCCL opCount), or the fingerprint TORCH_DISTRIBUTED_DEBUG=DETAIL checks before each
+collective. Rules compare these positions across ranks to find the rank that is not
+where the others are. Formats cover torch 1.8 to 2.x (with and without SeqNum, NumelIn,
+`[PG ...]` prefixes) and NCCL/RCCL COLL traces.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from triage.readers.signatures import signature
+
+# torch's ProcessGroupNCCL log prefix names the reporting rank and, since 2.3, its group:
+# `[Rank 3]`, `[PG 0 Rank 3]`, `[PG 0 (default_pg) Rank 3]`, `[PG ID 0 PG GUID 0(default_pg) Rank 3]`.
+_PG_RANK = re.compile(r"\[(?:PG (?:ID )?(?P<pg>\d+)[^\]]*?\s)?Rank (?P<rank>\d+)\]")
+_FINGERPRINT = re.compile(
+    r"SequenceNumber=(?P<seq>\d+)|OpType=(?P<op>\w+)|TensorShape=\[(?P<shape>[^\]]*)\]"
+    r"|TensorDtypes=(?P<dtypes>\w+(?:, (?!TensorDeviceTypes)\w+)*)"
+)
+
+
+def _ints(fields: dict[str, Any], *names: str) -> dict[str, Any]:
+    return {k: int(v) for k, v in fields.items() if k in names and v is not None}
+
+
+def _reporter(found: re.Match[str]) -> dict[str, Any]:
+    """The rank (and process group) from the `[PG .. Rank N]` prefix of the line."""
+    prefix = _PG_RANK.search(found.string)
+    if prefix is None:
+        return {}
+    out: dict[str, Any] = {"rank": int(prefix["rank"])}
+    if prefix["pg"] is not None:
+        out["pg"] = prefix["pg"]
+    return out
+
+
+def parse_fingerprint(text: str) -> dict[str, Any]:
+    """`CollectiveFingerPrint(...)`'s body as seq, op, shape and dtypes (those present)."""
+    out: dict[str, Any] = {}
+    for part in _FINGERPRINT.finditer(text):
+        key = part.lastgroup
+        if key is not None and key not in out:
+            out[key] = int(part[key]) if key == "seq" else part[key].strip()
+    return out
+
+
+def _watchdog(found: re.Match[str]) -> dict[str, Any]:
+    fields = _reporter(found) | _ints(
+        found.groupdict(), "seq", "numel_in", "numel_out", "timeout_ms", "ran_ms"
+    )
+    if found["shape"] is not None:
+        fields["shape"] = found["shape"]
+    return fields
+
+
+signature(
+    "hang.watchdog_timeout",
+    r"(?:(?:Watchdog c|C)aught collective operation timeout: )?Work\w*\((?:SeqNum=(?P<seq>\d+), )?"
+    r"OpType=(?P<op>\w+)(?:, TensorShape=\[(?P<shape>[^\]]*)\])?"
+    r"(?:, NumelIn=(?P<numel_in>-?\d+), NumelOut=(?P<numel_out>-?\d+))?"
+    r"(?:, Timeout\(ms\)=(?P<timeout_ms>\d+))?\)"
+    r"(?: ran for (?P<ran_ms>\d+) milliseconds before timing out)?",
+    # A pasted log often wraps before `WorkNCCL(`: the second half still names the work.
+    anchors=("collective operation timeout: Work", "milliseconds before timing out"),
+    summary="the process-group watchdog timed out a collective on this rank (op, sequence number, sizes)",
+    extract=_watchdog,
+)
+
+
+def _progress(found: re.Match[str]) -> dict[str, Any]:
+    fields = _reporter(found) | _ints(found.groupdict(), "seq", "last_enqueued", "last_completed")
+    source = re.search(r"collective timeout from\s+(?:rank (\d+)|(this local rank))", found.string)
+    if source and source.group(1):
+        fields["timeout_from"] = int(source.group(1))
+    elif source:
+        fields["timed_out"] = True
+    return fields
+
+
+signature(
+    "hang.watchdog_progress",
+    r"(?:at (?:NCCL )?work(?: sequence id)?: (?P<seq>-?\d+),? (?:PG status: )?)?"
+    r"[Ll]ast enqueued (?:NCCL )?work: (?P<last_enqueued>-?\d+), "
+    r"last completed (?:NCCL )?work: (?P<last_completed>-?\d+)",
+    anchors=("enqueued NCCL work: ", "last enqueued work: "),
+    summary="how far this rank's process group got: the work that failed, the last enqueued and completed",
+    extract=_progress,
+)
+
+signature(
+    "hang.dump_signal_observed",
+    r"Observed flight recorder dump signal from another rank",
+    anchors="Observed flight recorder dump signal from another rank",
+    summary="another rank's watchdog timed out and asked this rank to dump; this one had not timed out",
+    extract=_reporter,
+)
+
+signature(
+    "hang.watchdog_teardown",
+    r"Some NCCL operations have failed or timed out",
+    anchors="Some NCCL operations have failed or timed out",
+    summary="the NCCL watchdog takes the process down after a failed or timed-out collective",
+    extract=_reporter,
+)
+
+
+def _stuck(found: re.Match[str]) -> dict[str, Any]:
+    return _reporter(found) | _ints(found.groupdict(), "pending", "stuck_s")
+
+
+signature(
+    "hang.watchdog_stuck",
+    r"Heartbeat monitor timed out!.*?(?:workMetaList_\.size\(\)\s*=\s*(?P<pending>\d+))?$"
+    r"|watchdog got stuck for (?P<stuck_s>\d+) seconds",
+    anchors=("Heartbeat monitor timed out", "watchdog got stuck for"),
+    summary="the watchdog thread itself stopped (a CUDA/NCCL call or the GIL blocks the process)",
+    extract=_stuck,
+)
+
+signature(
+    "hang.watchdog_exception",
+    r"Exception raised from (?P<where>checkTimeout|ncclCommWatchdog|watchdogHandler) at "
+    r"(?P<file>\S*ProcessGroup\w*\.cpp):(?P<src_line>\d+)",
+    anchors=(
+        "Exception raised from checkTimeout",
+        "Exception raised from ncclCommWatchdog",
+        "Exception raised from watchdogHandler",
+    ),
+    summary="the C++ exception of the process-group watchdog (a timeout or a communicator error)",
+)
+
+
+def _running(found: re.Match[str]) -> dict[str, Any]:
+    # Groups: 1 rank, 2 the DETAIL barrier's error, 3 the fingerprint's body.
+    fields = parse_fingerprint(found.group(3))
+    fields["stage"] = "barrier_error" if found.group(2) else "running"
+    if found["rank"] is not None:
+        fields["rank"] = int(found["rank"])
+    return fields
+
+
+signature(
+    "hang.fingerprint",
+    r"(?:\[Rank (?P<rank>\d+)\] )?(?:Running collective|(Monitored Barrier "
+    r"encountered error running collective)): CollectiveFingerPrint\((.*?)\)"
+    r"(?:\. Error:|\s*$)",
+    anchors=("Running collective: CollectiveFingerPrint(", "error running collective: "),
+    summary="TORCH_DISTRIBUTED_DEBUG=DETAIL: the collective this rank entered (sequence number, op, shapes)",
+    extract=_running,
+)
+
+
+def _partial(own: dict[str, Any], other: dict[str, Any]) -> bool:
+    """Whether the peer's fingerprint was rebuilt from the length check alone.
+
+    DETAIL first all-gathers the fingerprints' lengths; when they differ, the peer's
+    "fingerprint" is that length read as an OpType (no tensors, SequenceNumber=0), so it
+    says the peer differs, not how. Without tensors or a sequence number (torch < 1.13)
+    the two cannot be told apart and the peer's op is not trusted either.
+    """
+    if "shape" in other:
+        return False
+    if "seq" in other:
+        return other["seq"] == 0 and own.get("seq") not in (None, 0)
+    return True
+
+
+def _mismatch(found: re.Match[str]) -> dict[str, Any]:
+    # Groups: 1 rank, 2 its fingerprint, 3 peer, 4 the peer's fingerprint, 5 aspects.
+    own = parse_fingerprint(found.group(2))
+    fields: dict[str, Any] = own | {"rank": int(found["rank"])}
+    if found["peer"] is not None:
+        other = parse_fingerprint(found.group(4))
+        fields["peer"] = int(found["peer"])
+        fields |= {f"peer_{k}": v for k, v in other.items()}
+        fields["peer_partial"] = _partial(own, other)
+    if found["aspects"]:
+        fields["aspects"] = found["aspects"].strip()
+    return fields
+
+
+signature(
+    "hang.fingerprint_mismatch",
+    r"Detected mismatch between collectives on ranks\. Rank (?P<rank>\d+) is running "
+    r"(?:inconsistent )?collective: CollectiveFingerPrint\((.*?)\)"
+    r"(?:, but Rank (?P<peer>\d+) is running collective: CollectiveFingerPrint\((.*?)\))?\.?"
+    r"(?:\s*Collectives differ in the following aspects: ?(?P<aspects>.*))?$",
+    anchors="Detected mismatch between collectives on ranks",
+    summary="TORCH_DISTRIBUTED_DEBUG=DETAIL found ranks entering different collectives (op, sequence or shapes)",
+    extract=_mismatch,
+)
+
+
+def _barrier(found: re.Match[str]) -> dict[str, Any]:
+    fields = _reporter(found)
+    # Only rank 0 coordinates monitoredBarrier: a report without a prefix is rank 0's.
+    fields.setdefault("rank", 0)
+    fields["failed_ranks"] = [int(r) for r in re.findall(r"\d+", found.group(1))]
+    fields["timeout_ms"] = int(found["timeout_ms"])
+    return fields
+
+
+signature(
+    "hang.monitored_barrier",
+    r"Ranks? (\d+(?:, ?\d+)*) failed to pass monitoredBarrier in (?P<timeout_ms>\d+) ms",
+    anchors="failed to pass monitoredBarrier",
+    summary="monitoredBarrier (or DETAIL's check before a collective) names the ranks that never arrived",
+    extract=_barrier,
+)
+
+signature(
+    "hang.monitored_barrier_peer",
+    r"Rank (?P<rank>\d+) successfully reached monitoredBarrier, but received errors while "
+    r"waiting for send/recv from rank (?P<from_rank>\d+)",
+    anchors="successfully reached monitoredBarrier",
+    summary="this rank reached monitoredBarrier; rank 0, which coordinates it, failed or gave up",
+    peer_symptom=True,
+    extract=lambda found: _ints(found.groupdict(), "rank", "from_rank"),
+)
+
+signature(
+    "hang.gloo_timeout",
+    r"Timed out waiting (?P<timeout_ms>\d+)ms for (?P<direction>recv|send) operation to complete",
+    anchors="Timed out waiting ",
+    summary="a gloo collective or send/recv timed out waiting for a peer",
+    extract=lambda found: _ints(found.groupdict(), "timeout_ms"),
+)
+
+
+def _coll(found: re.Match[str]) -> dict[str, Any]:
+    fields = _ints(found.groupdict(), "count", "datatype", "root", "nranks", "rank")
+    fields["opcount"] = int(found["opcount"], 16)
+    return fields
+
+
+signature(
+    "hang.nccl_coll",
+    r"NCCL INFO (?P<coll>[A-Za-z]+): opCount (?P<opcount>[0-9a-fA-F]+) sendbuff \S+ recvbuff \S+ "
+    r"count (?P<count>\d+) datatype (?P<datatype>\d+) op \d+ root (?P<root>-?\d+) "
+    r"comm (?P<comm>\S+)(?: commHash \S+)? \[nranks=(?P<nranks>\d+)\]"
+    r"(?: stream \S+)?(?: task \d+ globalrank (?P<rank>\d+))?",
+    anchors=": opCount ",
+    summary="NCCL_DEBUG_SUBSYS=COLL: a collective this rank enqueued, with its per-communicator opCount",
+    extract=_coll,
+)

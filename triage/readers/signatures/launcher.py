@@ -1,0 +1,68 @@
+"""torchrun / torchelastic: which worker failed, how, and which failure came first."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from triage.readers.signatures import signature
+
+_SIGNALS = {
+    "1": "SIGHUP",
+    "2": "SIGINT",
+    "6": "SIGABRT",
+    "7": "SIGBUS",
+    "9": "SIGKILL",
+    "11": "SIGSEGV",
+    "15": "SIGTERM",
+}
+
+
+def _exit(found: re.Match[str]) -> dict[str, Any]:
+    code = int(found["exitcode"])
+    out: dict[str, Any] = {"exitcode": code}
+    if code < 0:
+        out["signal"] = _SIGNALS.get(str(-code), f"signal {-code}")
+    for key in ("local_rank", "pid", "rank"):
+        if found.groupdict().get(key):
+            out[key] = int(found[key])
+    if "first" in found.groupdict():
+        out["first"] = found["first"] is not None
+    host = re.search(r"\bhost\s*:\s*(\S+)", found.string)
+    if host:
+        out["host"] = host.group(1)
+    return out
+
+
+signature(
+    "elastic.worker_failed",
+    r"failed \(exitcode: (?P<exitcode>-?\d+)\) local_rank: (?P<local_rank>\d+) \(pid: (?P<pid>\d+)\)"
+    r"(?: of binary: (?P<binary>\S+))?",
+    anchors="failed (exitcode:",
+    summary="torchelastic saw a worker exit with an error",
+    extract=_exit,
+)
+
+signature(
+    "elastic.child_failed",
+    r"(?:^|\s)rank\s*:\s*(?P<rank>\d+) \(local_rank: (?P<local_rank>\d+)\)"
+    r".*?exitcode\s*:\s*(?P<exitcode>-?\d+) \(pid: (?P<pid>\d+)\)"
+    r"(?:.*?Signal (?P<signo>\d+) \((?P<signal>SIG\w+)\))?(?:.*(?P<first>first observed failure))?",
+    anchors="local_rank:",
+    summary="torchelastic's failure report names a failed rank, its exit code and signal",
+    extract=_exit,
+)
+
+signature(
+    "elastic.signal_received",
+    r"Received (?:Signals\.)?(?P<signal>SIG[A-Z]+) death signal, shutting down workers",
+    anchors="death signal",
+    summary="the launcher itself was signalled and shut its workers down (scheduler kill, preemption, timeout)",
+)
+
+signature(
+    "elastic.process_signal",
+    r"Signal (?P<signo>\d+) \((?P<signal>SIG[A-Z]+)\) received by PID (?P<pid>\d+)",
+    anchors=") received by PID",
+    summary="a worker process was killed by a signal",
+)

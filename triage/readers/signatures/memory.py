@@ -1,0 +1,566 @@
+"""Out of memory, on the GPU and on the host: the lines that say so, with their numbers.
+
+The CUDA caching allocator's message changed over the years; every version names
+the request and most name the device's capacity, what is free, and what PyTorch
+holds. Those numbers are what tell the causes apart (capacity, fragmentation,
+memory held by other processes), so `memory.cuda_oom` extracts them all, as
+bytes, from whichever format the line is in:
+
+- torch <= 1.3: `Tried to allocate X (GPU 0; T total capacity; A already allocated;
+  F free; C cached)`
+- torch 1.4 - 2.0: `... F free; [L allowed; ]R reserved in total by PyTorch)`
+- torch >= 2.1: `Tried to allocate X. GPU 0 has a total capacity of T of which F is
+  free. [Process P has U memory in use. ][Including non-PyTorch memory, this process
+  has U memory in use. ][L allowed; ]Of the allocated memory A is allocated by
+  PyTorch, [with P allocated in private pools (e.g., CUDA Graphs), ]and U is
+  reserved by PyTorch but unallocated.` (2.1 spelled it "total capacty")
+
+Host OOM leaves fewer words: the kernel's OOM killer, a SIGKILLed worker,
+`std::bad_alloc`, `MemoryError`, ENOMEM. Worker exits with -9 are the launcher's
+signatures (`elastic.*` in launcher.py); the rules read those, not copies here.
+
+What `read_memory` gathers from memory snapshots and `torch.cuda.memory_stats()`
+dumps is typed in triage/observations.py (MemoryDump, MemoryGrowth); `user_frame`
+below picks the user line of a snapshot stack for the tool and the rules alike.
+
+Logs say the same in text. A `torch.cuda.memory_summary()` table (printed on OOM by
+users, fairseq and others) holds the allocator's counters; the scanner joins its rows
+into one line (`SummaryTable`) that `memory.summary` reads. Training loops print their
+memory per step (DeepSpeed's `see_memory_usage`, torchtitan, torchtune, OpenMMLab,
+detectron2, home-grown `step N ... mem: X GB`); the `memory.*_usage` lines of one rank, in order,
+are the series the leak rule reads.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from triage.observations import Frame
+from triage.readers.signatures import parse_size, signature
+from triage.readers.stacks import is_user_code
+
+SIZE = r"[\d.]+ ?(?:bytes|[KMGT]iB)"
+
+_LEGACY = re.compile(r"\(GPU (?P<device>\d+); ")
+_LEGACY_PARTS = {
+    "capacity": re.compile(rf"(?P<size>{SIZE}) total capacity"),
+    "allocated": re.compile(rf"(?P<size>{SIZE}) already allocated"),
+    "free": re.compile(rf"; (?P<size>{SIZE}) free\b"),
+    "allowed": re.compile(rf"(?P<size>{SIZE}) allowed;"),
+    "reserved": re.compile(rf"(?P<size>{SIZE}) reserved in total by PyTorch"),
+    "unallocated": re.compile(rf"(?P<size>{SIZE}) cached"),  # torch <= 1.3: reserved, unused
+}
+_CAPACITY = re.compile(
+    rf"GPU (?P<device>\d+) has a total capac(?:i)?ty of (?P<capacity>{SIZE}) of which "
+    rf"(?P<free>{SIZE}) is free"
+)
+_ALLOWED = re.compile(rf"(?P<allowed>{SIZE}) allowed;")
+_SPLIT = re.compile(
+    rf"Of the allocated memory (?P<allocated>{SIZE}) is allocated by PyTorch, "
+    rf"(?:with (?P<private>{SIZE}) allocated in private pools[^,]*, )?"
+    rf"and (?P<unallocated>{SIZE}) is reserved by PyTorch but unallocated"
+)
+_SELF = re.compile(rf"this process has (?P<used>{SIZE}) memory in use")
+_PROCESS = re.compile(rf"Process (?P<pid>\d+) has (?P<used>{SIZE}) memory in use")
+
+
+def format_size(size: int) -> str:
+    """Bytes the way torch prints them in OOM messages: '962.69 MiB'."""
+    if abs(size) < 1024:
+        return f"{size} bytes"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(size) >= scale:
+            return f"{size / scale:.2f} {unit}"
+    return f"{size} bytes"
+
+
+def cuda_oom_numbers(line: str) -> dict[str, Any]:
+    """Every number of a caching-allocator OOM line, in bytes; absent ones are left out.
+
+    `reserved` and `unallocated` are derived when the format gives only the other one.
+    """
+    out: dict[str, Any] = {}
+    legacy = _LEGACY.search(line)
+    if legacy:  # each part on its own: pasted messages are often cut short
+        out["format"] = "legacy"
+        out["device"] = int(legacy["device"])
+        rest = line[legacy.end() - 2 :]
+        for key, part in _LEGACY_PARTS.items():
+            found = part.search(rest)
+            if found:
+                out[key] = parse_size(found["size"])
+    capacity = _CAPACITY.search(line)
+    if capacity:
+        out["format"] = "2.x"
+        out["device"] = int(capacity["device"])
+        out["capacity"] = parse_size(capacity["capacity"])
+        out["free"] = parse_size(capacity["free"])
+        allowed = _ALLOWED.search(line)
+        if allowed:
+            out["allowed"] = parse_size(allowed["allowed"])
+    split = _SPLIT.search(line)
+    if split:
+        out["allocated"] = parse_size(split["allocated"])
+        out["unallocated"] = parse_size(split["unallocated"])
+        if split["private"]:
+            out["private_pools"] = parse_size(split["private"])
+    own = _SELF.search(line)
+    if own:
+        out["this_process"] = parse_size(own["used"])
+    processes = [
+        {"pid": int(p["pid"]), "used": parse_size(p["used"])} for p in _PROCESS.finditer(line)
+    ]
+    if processes:
+        out["processes"] = processes
+    allocated, reserved, unallocated = (
+        out.get("allocated"),
+        out.get("reserved"),
+        out.get("unallocated"),
+    )
+    if reserved is None and allocated is not None and unallocated is not None:
+        out["reserved"] = allocated + unallocated
+    elif unallocated is None and allocated is not None and reserved is not None:
+        out["unallocated"] = max(0, reserved - allocated)
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _cuda_oom(found: re.Match[str]) -> dict[str, Any]:
+    out = cuda_oom_numbers(found.string)
+    requested = parse_size(found["requested_text"])
+    if requested is not None:
+        out["requested"] = requested
+    return out
+
+
+def _bytes_field(name: str) -> Any:
+    def extract(found: re.Match[str]) -> dict[str, Any]:
+        value = found[name]
+        return {name: int(value)} if value and value.isdigit() else {}
+
+    return extract
+
+
+def _kb_field(found: re.Match[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {"victim_pid": int(found["victim_pid"])}
+    if found["anon_rss"]:
+        out["anon_rss"] = int(found["anon_rss"]) * 1024
+    return out
+
+
+# --- the GPU ---------------------------------------------------------------------------
+
+signature(
+    "memory.cuda_oom",
+    rf"(?P<api>CUDA|HIP|XPU) out of memory\.(?: Tried to allocate (?P<requested_text>{SIZE}|more than \S+))?",
+    anchors="out of memory.",
+    summary="the CUDA caching allocator could not serve a request; the line holds its numbers",
+    extract=_cuda_oom,
+)
+
+signature(
+    "memory.oom_exception",
+    r"(?<![\w.])(?P<exception>(?:torch\.)?(?:cuda\.)?OutOfMemoryError)\b",
+    anchors="OutOfMemoryError",
+    summary="torch raised OutOfMemoryError (the GPU ran out of memory)",
+)
+
+signature(
+    "memory.cuda_error_oom",
+    r"(?P<error>CUDA error: out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation"
+    r"|HIP error: out of memory|hipErrorOutOfMemory|cuda runtime error \(2\) : out of memory"
+    r"|error=2 : out of memory)",
+    anchors=(
+        "CUDA error: out of memory",
+        "CUDA_ERROR_OUT_OF_MEMORY",
+        "cudaErrorMemoryAllocation",
+        "HIP error: out of memory",
+        "hipErrorOutOfMemory",
+        "cuda runtime error (2) : out of memory",
+        "error=2 : out of memory",
+    ),
+    summary="a CUDA call outside the caching allocator (context, kernel, library) ran out of memory",
+)
+
+signature(
+    "memory.library_alloc_failed",
+    r"(?P<library>CUBLAS|CUDNN|CUSOLVER|CUSPARSE)_STATUS_ALLOC_FAILED",
+    anchors="_STATUS_ALLOC_FAILED",
+    summary="a CUDA library could not allocate its workspace or handle: the GPU is full",
+)
+
+signature(
+    "memory.nccl_cuda_oom",
+    r"Cuda failure (?:\d+ )?'out of memory'|Failed to CUDA calloc (?P<requested>\d+) bytes",
+    anchors=("'out of memory'", "Failed to CUDA calloc"),
+    summary="NCCL could not allocate its GPU buffers: the GPU is full",
+    extract=_bytes_field("requested"),
+)
+
+signature(
+    "memory.gpu_process_usage",
+    rf"Process (?P<process_pid>\d+) has (?P<used>{SIZE}) memory in use",
+    anchors=" memory in use",
+    summary="a process holds memory on the GPU that ran out (NVML's list in the OOM message)",
+    extract=lambda found: {
+        "used": parse_size(found["used"]),
+        "process_pid": int(found["process_pid"]),
+    },
+)
+
+# --- the host --------------------------------------------------------------------------
+
+signature(
+    "memory.oom_killer",
+    r"(?:(?P<scope>Memory cgroup out of memory|Out of memory|out of memory): )?"
+    r"Kill(?:ed)? process (?P<victim_pid>\d+) \((?P<comm>[^)]*)\)(?:.*?anon-rss:(?P<anon_rss>\d+)kB)?",
+    anchors=("Kill process", "Killed process"),
+    summary="the kernel's OOM killer killed a process (host RAM or the container's memory limit)",
+    extract=_kb_field,
+)
+
+signature(
+    "memory.slurm_oom_kill",
+    r"Detected (?P<count>\d+) oom[-_]kill event",
+    anchors=("oom-kill event", "oom_kill event"),
+    summary="Slurm saw the cgroup OOM killer kill processes of the job step",
+)
+
+signature(
+    "memory.container_oom",
+    r"\bOOMKilled\b",
+    anchors="OOMKilled",
+    summary="the container was killed for exceeding its memory limit",
+)
+
+signature(
+    "memory.exit_137",
+    r"\bexit(?:ed)?(?: with)?[ _](?:code|status)[:=]? ?137\b",
+    anchors=("code 137", "code: 137", "code=137", "status 137", "status: 137", "status=137"),
+    summary="a process exited with 137 (128 + SIGKILL): usually a memory limit",
+)
+
+signature(
+    "memory.shell_killed",
+    r"^\s*Killed\s*$|line \d+: +(?P<killed_pid>\d+) Killed\b",
+    anchors="Killed",
+    summary="the shell reports its child was SIGKILLed (a lone 'Killed' ends the output)",
+)
+
+signature(
+    "memory.slurm_task_oom",
+    r"task (?P<rank>\d+): Out Of Memory",
+    anchors=": Out Of Memory",
+    summary="srun reports a task killed for exceeding the job's memory",
+)
+
+signature(
+    "memory.ray_oom",
+    r"ray\.exceptions\.OutOfMemoryError|killed due to the node running low on memory",
+    anchors=("ray.exceptions.OutOfMemoryError", "running low on memory"),
+    summary="Ray's memory monitor killed a worker: the node's host memory ran low",
+)
+
+signature(
+    "memory.dataloader_killed",
+    r"DataLoader worker \(pid (?P<worker_pid>\d+)\) is killed by signal: (?P<signal>[^.]+)",
+    anchors="is killed by signal:",
+    summary="a DataLoader worker died from a signal ('Killed' is SIGKILL, usually the OOM killer)",
+)
+
+signature(
+    "memory.dataloader_exited",
+    r"DataLoader worker \(pid\(s\) (?P<worker_pids>[\d, ]+)\) exited unexpectedly",
+    anchors="exited unexpectedly",
+    summary="DataLoader workers died without a Python error (killed, crashed, or out of shared memory)",
+)
+
+signature(
+    "memory.bad_alloc",
+    r"std::bad_alloc",
+    anchors="std::bad_alloc",
+    summary="C++ code could not allocate host memory",
+)
+
+signature(
+    "memory.host_memory_error",
+    r"^(?:[\w.]*\.)?_?(?:Array)?MemoryError(?::\s*(?P<detail>.*))?\s*$",
+    anchors="MemoryError",
+    summary="Python ran out of host memory (MemoryError)",
+)
+
+signature(
+    "memory.cpu_allocator",
+    r"DefaultCPUAllocator: (?:not enough memory|can't allocate memory): "
+    r"you tried to allocate (?P<requested>\d+) bytes",
+    anchors="DefaultCPUAllocator:",
+    summary="torch's CPU allocator could not allocate host memory",
+    extract=_bytes_field("requested"),
+)
+
+signature(
+    "memory.enomem",
+    r"^(?!.*(?:ibv_|NET/IB|memlock|MEMLOCK)).*?[Cc]annot allocate memory",
+    anchors=("Cannot allocate memory", "cannot allocate memory"),
+    summary="a system call failed with ENOMEM (host memory or a memory limit exhausted); "
+    "InfiniBand memory registration (ibv_reg_mr, a memlock limit) is not host OOM",
+)
+
+CUDA_OOM_SIGNALS = (
+    "memory.cuda_oom",
+    "memory.oom_exception",
+    "memory.cuda_error_oom",
+    "memory.library_alloc_failed",
+    "memory.nccl_cuda_oom",
+)
+HOST_OOM_SIGNALS = (
+    "memory.oom_killer",
+    "memory.slurm_oom_kill",
+    "memory.container_oom",
+    "memory.exit_137",
+    "memory.shell_killed",
+    "memory.slurm_task_oom",
+    "memory.ray_oom",
+    "memory.dataloader_killed",
+    "memory.dataloader_exited",
+    "memory.bad_alloc",
+    "memory.host_memory_error",
+    "memory.cpu_allocator",
+    "memory.enomem",
+)
+
+
+# --- the allocator's own report: torch.cuda.memory_summary() --------------------------
+
+SUMMARY_TITLE = "PyTorch CUDA memory summary"
+_SUMMARY_DEVICE = re.compile(r"PyTorch CUDA memory summary, device ID (?P<device>\d+)")
+_SUMMARY_COUNTERS = re.compile(
+    r"CUDA OOMs: *(?P<ooms>\d+) *\| *cudaMalloc retries: *(?P<retries>\d+)"
+)
+_SUMMARY_FIELDS = {  # row -> field of its current value (the peak is "peak_" + it)
+    "Allocated memory": "allocated",
+    "Active memory": "active",
+    "GPU reserved memory": "reserved",
+    "Non-releasable memory": "inactive_split",
+    "Allocations": "allocations",
+    "GPU reserved segments": "segments",
+    "Non-releasable allocs": "inactive_split_allocs",
+    "Oversize allocations": "oversize_allocations",
+}
+_SUMMARY_SIZES = frozenset({"allocated", "active", "reserved", "inactive_split"})
+_SUMMARY_ROW = re.compile(
+    r"(?P<name>[A-Z][A-Za-z -]+?): (?P<cur>\d+ ?[A-Za-z]*) cur, (?P<peak>\d+ ?[A-Za-z]*) peak"
+)
+_BINARY = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40, "p": 2**50}
+
+
+def binary_size(value: str, unit: str) -> int | None:
+    """A size whose unit is binary however it is spelled: torch's tables, DeepSpeed and most
+    training loops divide by 1024 and write "MB" or "GB"."""
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    scale = _BINARY.get(unit.strip().lower()[:1])
+    return None if scale is None else int(number * scale)
+
+
+class SummaryTable:
+    """One memory_summary() table, read line by line: the device's counters and each metric's
+    whole-device row (the per-pool rows are left out). `text()` joins them into one line."""
+
+    def __init__(self, header: str) -> None:
+        found = _SUMMARY_DEVICE.search(header)
+        self.device = int(found["device"]) if found else None
+        self.counters: tuple[str, str] | None = None
+        self.rows: list[str] = []
+        self.done = False
+
+    def feed(self, line: str) -> bool:
+        """Take the table's next line; False when the line is not the table's (it ended)."""
+        text = line.strip()
+        if not text.startswith("|"):
+            return False
+        counters = _SUMMARY_COUNTERS.search(text)
+        if counters:
+            self.counters = (counters["ooms"], counters["retries"])
+        elif text.startswith("|===") and self.rows:
+            self.done = True
+        else:
+            cells = [cell.strip() for cell in text.strip("|").split("|")]
+            if len(cells) == 5 and cells[0] in _SUMMARY_FIELDS:
+                self.rows.append(f"{cells[0]}: {cells[1]} cur, {cells[2]} peak")
+        return True
+
+    def text(self) -> str | None:
+        """'PyTorch CUDA memory summary, device ID 0; CUDA OOMs: 1; cudaMalloc retries: 4;
+        Allocated memory: 18032 MiB cur, 38297 MiB peak; ...', None without any row."""
+        if not self.rows:
+            return None
+        parts = [SUMMARY_TITLE + (f", device ID {self.device}" if self.device is not None else "")]
+        if self.counters:
+            parts.append(f"CUDA OOMs: {self.counters[0]}; cudaMalloc retries: {self.counters[1]}")
+        return "; ".join(parts + self.rows)
+
+
+def _summary(found: re.Match[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if found["device"]:
+        out["device"] = int(found["device"])
+    counters = re.search(r"CUDA OOMs: (\d+); cudaMalloc retries: (\d+)", found.string)
+    if counters:
+        out["num_ooms"], out["num_alloc_retries"] = int(counters[1]), int(counters[2])
+    for row in _SUMMARY_ROW.finditer(found.string):
+        key = _SUMMARY_FIELDS.get(row["name"])
+        if key is None:
+            continue
+        for prefix, cell in (("", row["cur"]), ("peak_", row["peak"])):
+            number, _, unit = cell.partition(" ")
+            if key in _SUMMARY_SIZES:
+                value = binary_size(number, unit)
+            else:  # counts: "1862 K" is thousands
+                value = int(number) * {"K": 1000, "M": 10**6}.get(unit, 1)
+            if value is not None:
+                out[prefix + key] = value
+    return out
+
+
+signature(
+    "memory.summary",
+    r"PyTorch CUDA memory summary(?:, device ID (?P<device>\d+))?; ",
+    anchors=SUMMARY_TITLE,
+    summary="torch.cuda.memory_summary(): the allocator's counters on one device (allocated, "
+    "reserved, non-releasable memory, OOMs, cudaMalloc retries)",
+    context_after=48,  # the rest of the table, for the scanner to join
+    extract=_summary,
+)
+
+# --- memory per step, as training loops print it ----------------------------------------
+
+# A step or iteration number on the line. torchtitan colours its fields: "\x1b[31mstep: 10",
+# "\x1b[38;2;54;234;195mmemory: 28.96GiB"; a digit and "m" end the colour code.
+_STEP = (
+    r"(?:(?<![A-Za-z_])|(?<=\dm))(?:global_step|[Ss]tep|STEP|[Ii]ter(?:ation)?|ITER)s?"
+    r"\s*[:=#]?\s*\[?\s*(?P<step>\d+)"
+)
+# Names that say which figure: literal, so each is an anchor of its own.
+_USAGE_NAMES = (
+    "mem_allocated",
+    "mem_reserved",
+    "memory_allocated",
+    "memory_reserved",
+    "memory allocated",
+    "memory reserved",
+    "Memory allocated",
+    "Memory reserved",
+)
+_USAGE_KEY = re.compile(
+    r"(?:(?<![A-Za-z])|(?<=\dm))(?P<key>(?:(?:max|peak)_?)?(?:(?:mem|memory|Mem|Memory)(?=[:=])|"
+    + "|".join(_USAGE_NAMES)
+    + r")(?:\(\))?)[:=] *(?P<value>\d+(?:\.\d+)?) ?(?P<unit>[KMGT]i?B|[MG])(?![A-Za-z])"
+)
+
+
+def _metric(key: str) -> str:
+    """allocated, reserved (with peak_ when the key says max or peak), or memory: what the
+    loop measured is not named (torchtitan's is peak reserved, detectron2's peak allocated)."""
+    peak = "peak_" if key.lower().startswith(("max", "peak")) else ""
+    for kind in ("allocated", "reserved"):
+        if kind in key:
+            return peak + kind
+    return "memory"
+
+
+def _step_usage(found: re.Match[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {"step": int(found["step"])}
+    for usage in _USAGE_KEY.finditer(found.string):
+        size = binary_size(usage["value"], usage["unit"])
+        if size is not None:
+            out.setdefault(_metric(usage["key"]), size)
+    return out
+
+
+signature(
+    "memory.step_usage",
+    rf"^(?=.*?{_STEP}).*?{_USAGE_KEY.pattern}",
+    anchors=("mem:", "mem=", "Mem:", "Mem=", "memory:", "memory=", "Memory:", "Memory=")
+    + _USAGE_NAMES,
+    summary="a training step's GPU memory (step N ... mem: X GB, memory_allocated=X, "
+    "max_mem: XM); one rank's lines in order show whether memory grows step over step",
+    extract=_step_usage,
+)
+
+
+def _deepspeed_usage(found: re.Match[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, name in (
+        ("allocated", "ma"),
+        ("peak_allocated", "max_ma"),
+        ("reserved", "ca"),
+        ("peak_reserved", "max_ca"),
+    ):
+        size = binary_size(found[name], found[f"{name}_unit"])
+        if size is not None:
+            out[key] = size
+    return out
+
+
+signature(
+    "memory.deepspeed_usage",
+    r"\bMA (?P<ma>[\d.]+) (?P<ma_unit>[KMG]?B) +Max_MA (?P<max_ma>[\d.]+) (?P<max_ma_unit>[KMG]?B)"
+    r" +CA (?P<ca>[\d.]+) (?P<ca_unit>[KMG]?B) +Max_CA (?P<max_ca>[\d.]+) (?P<max_ca_unit>[KMG]?B)",
+    anchors="Max_MA ",
+    summary="DeepSpeed's see_memory_usage: allocated (MA) and reserved (CA) GPU memory now and "
+    "at the peak since the last report",
+    extract=_deepspeed_usage,
+)
+
+signature(
+    "memory.mm_usage",
+    r"\b(?:Epoch|Iter)(?:\(train\))?\s*(?:\[(?P<epoch>\d+)\])?\s*\[\s*(?P<step>\d+)/\s*\d+\]"
+    r".*?\bmemory: (?P<mb>\d+)(?![\d.]| ?[KMGT]i?B)",
+    anchors="memory: ",
+    summary="an OpenMMLab (mmcv, mmengine) training log line: peak allocated GPU memory of the "
+    "last iterations in MB",
+    extract=lambda found: {
+        "step": int(found["step"]),
+        "peak_allocated": int(found["mb"]) * 2**20,
+        **({"epoch": int(found["epoch"])} if found["epoch"] else {}),
+    },
+)
+
+_TORCHTUNE_RESERVED = re.compile(r"\bpeak_memory_reserved:(?P<gb>\d+(?:\.\d+)?)")
+
+
+def _torchtune_usage(found: re.Match[str]) -> dict[str, Any]:
+    out = {"step": int(found["step"]), "peak_allocated": int(float(found["gb"]) * 10**9)}
+    reserved = _TORCHTUNE_RESERVED.search(found.string)
+    if reserved:
+        out["peak_reserved"] = int(float(reserved["gb"]) * 10**9)
+    return out
+
+
+signature(
+    "memory.torchtune_usage",
+    r"\bStep (?P<step>\d+) \| .*?\bpeak_memory_alloc:(?P<gb>\d+(?:\.\d+)?)",
+    anchors="peak_memory_alloc:",
+    summary="a torchtune metrics line (log_peak_memory_stats): peak GPU memory since the last "
+    "one, in GB",
+    extract=_torchtune_usage,
+)
+
+USAGE_SIGNALS = (
+    "memory.step_usage",
+    "memory.deepspeed_usage",
+    "memory.mm_usage",
+    "memory.torchtune_usage",
+    "memory.summary",
+)
+
+
+# --- stacks of memory dumps (read_memory) ----------------------------------------------
+
+
+def user_frame(frames: list[Frame]) -> Frame | None:
+    """The innermost Python frame of user code in a snapshot stack (C++ frames skipped)."""
+    return next((f for f in frames if f.file.endswith(".py") and is_user_code(f.file)), None)

@@ -1,0 +1,446 @@
+"""NCCL: what it set up (NCCL_DEBUG=INFO facts) and how it failed (WARN lines, error codes).
+
+Facts come first because a comm failure is read against them: which interface the
+bootstrap and the socket transport picked, whether InfiniBand was found, which
+transport each channel uses (P2P, SHM, NET), which NCCL_* variables the environment
+forced, the library version and each communicator's `Init START`/`Init COMPLETE` with
+its rank. Init lines tie the `host:pid:tid [dev]` prefix to a rank, so every other line
+of that process is attributed too.
+
+Failures come in two layers. NCCL itself prints `NCCL WARN <what failed>`; torch wraps
+the result code as `NCCL error in: ...ProcessGroupNCCL.cpp:N, unhandled system error
+(...), NCCL version X` followed by `ncclSystemError: ...` and `Last error:` with NCCL's
+last WARN text on the next line. The specific signatures below match the WARN text
+itself, so they fire on the WARN line and on its copy after `Last error:` alike.
+
+The shared-memory and driver lines that are not NCCL's own (DataLoader workers out of
+/dev/shm, torch's shared-memory files, CUDA driver too old) live here too: they fail the
+same intra-host transports and are read by the same rules.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from triage.readers.environment import is_virtual_interface
+from triage.readers.signatures import signature
+
+
+def address_kind(address: str) -> str | None:
+    """'loopback', 'docker' or 'link-local' for addresses that cannot reach another host."""
+    host = address.strip("[]").lower()
+    if host.startswith(("127.", "::1", "localhost")):
+        return "loopback"
+    if host.startswith("172.17.0."):
+        return "docker"
+    if host.startswith(("fe80:", "169.254.")):
+        return "link-local"
+    return None
+
+
+# --- facts (NCCL_DEBUG=INFO) ------------------------------------------------------------
+
+signature(
+    "nccl.version",
+    r"\b(?P<library>NCCL|RCCL) version\s*:?\s*(?P<version>\d+\.\d+\.\d+)(?:[+-](?P<build>\S+?))?(?=[\s,;)]|$)",
+    anchors=("NCCL version", "RCCL version"),
+    summary="the NCCL library version a process loaded (INFO banner or torch's error text)",
+)
+
+
+def _bootstrap(found: re.Match[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {"virtual": is_virtual_interface(found["interface"])}
+    kind = address_kind(found["address"])
+    if kind:
+        out["address_kind"] = kind
+    return out
+
+
+signature(
+    "nccl.bootstrap_interface",
+    r"Bootstrap ?: Using (?P<interface>[\w.\-@]+?):(?P<address>[^\s<]+)<\d+>",
+    anchors=("Bootstrap : Using", "Bootstrap: Using"),
+    summary="the interface NCCL's bootstrap (out-of-band) network uses",
+    extract=_bootstrap,
+)
+
+_IF_ENTRY = re.compile(r"\[\d+\](?P<name>[^:\s\[]+):(?P<address>[^\s<]+)<")
+
+
+def _interfaces(found: re.Match[str]) -> dict[str, Any]:
+    entries = _IF_ENTRY.findall(found["listing"])
+    names = [name for name, _ in entries]
+    return {
+        "interfaces": names,
+        "addresses": [address for _, address in entries],
+        "virtual": [n for n in names if is_virtual_interface(n)],
+    }
+
+
+signature(
+    "nccl.socket_interfaces",
+    r"NET/Socket ?: Using (?P<listing>\[\d+\].*)",
+    anchors=("NET/Socket : Using", "NET/Socket: Using"),
+    summary="the interfaces NCCL's socket transport uses",
+    extract=_interfaces,
+)
+
+signature(
+    "nccl.ib_devices",
+    r"NET/IB ?: Using (?P<devices>\[\d+\][^;]*)(?:; OOB (?P<oob_interface>[\w.\-@]+?):(?P<oob_address>[^\s<]+)<\d+>)?",
+    anchors=("NET/IB : Using", "NET/IB: Using"),
+    summary="the InfiniBand/RoCE devices NCCL found, and the out-of-band interface",
+    extract=lambda found: {"hcas": re.findall(r"\[\d+\]([^:\s]+)", found["devices"])},
+)
+
+signature(
+    "nccl.ib_absent",
+    r"NET/IB ?: No device found",
+    anchors=("NET/IB : No device found", "NET/IB: No device found"),
+    summary="NCCL found no InfiniBand device and falls back to sockets",
+)
+
+signature(
+    "nccl.network",
+    r"Using (?:internal )?[Nn]etwork (?P<network>\w+)",
+    anchors=("Using network ", "Using internal Network "),
+    summary="the network plugin NCCL uses between hosts (Socket, IB, a vendor plugin)",
+)
+
+_CHANNEL = (
+    r"(?:Channel|Ring) \d+(?:/\d+)? : (?P<src>\d+)(?:\[[^\]]*\])? -> (?P<dst>\d+)(?:\[[^\]]*\])?"
+    r"(?: \[(?:send|receive)\])? via "
+)
+
+signature(
+    "nccl.channel_p2p",
+    _CHANNEL + r"P2P(?:/(?P<mode>\S+))?",
+    anchors="via P2P",
+    summary="a channel uses GPU peer-to-peer (NVLink/PCIe P2P, CUDA IPC) between local GPUs",
+)
+
+signature(
+    "nccl.channel_shm",
+    _CHANNEL + r"(?:SHM(?:/(?P<mode>\S+))?|direct shared memory)",
+    anchors=("via SHM", "via direct shared memory"),
+    summary="a channel uses host shared memory (/dev/shm) between local GPUs",
+)
+
+signature(
+    "nccl.channel_net",
+    _CHANNEL + r"NET/(?P<network>[A-Za-z_]+)\S*",
+    anchors="via NET/",
+    summary="a channel crosses hosts over the network transport",
+)
+
+signature(
+    "nccl.env_override",
+    r"\b(?P<variable>NCCL_[A-Z0-9_]+) set by environment to (?P<value>.*?)\.?\s*$",
+    anchors="set by environment to",
+    summary="an NCCL_* variable set in the environment overrides NCCL's own choice",
+)
+
+
+def _init(found: re.Match[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {"rank": int(found["rank"]), "nranks": int(found["nranks"])}
+    for key, pattern in (("cuda_dev", r"cudaDev (\d+)"), ("bus_id", r"busId ([0-9a-fA-F]+)")):
+        value = re.search(pattern, found["detail"])
+        if value:
+            out[key] = value.group(1)
+    return out
+
+
+signature(
+    "nccl.init",
+    r"comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nranks (?P<nranks>\d+)(?P<detail>.*?)"
+    r" - Init (?P<stage>START|COMPLETE)",
+    anchors=("- Init START", "- Init COMPLETE"),
+    summary="an NCCL communicator's setup started or completed on a rank",
+    extract=_init,
+)
+
+signature(
+    "nccl.comm_topology",
+    r"comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nRanks (?P<nranks>\d+) "
+    r"nNodes (?P<nnodes>\d+) localRanks (?P<local_ranks>\d+)",
+    anchors="nNodes ",
+    summary="how many hosts (nNodes) and local ranks an NCCL communicator spans",
+    extract=lambda found: {"nnodes": int(found["nnodes"]), "nranks": int(found["nranks"])},
+)
+
+signature(
+    "nccl.iommu",
+    r"Missing \"?iommu=pt\"? from kernel command line",
+    anchors="iommu=pt",
+    summary="the kernel runs with the IOMMU translating GPU traffic, which can break or hang P2P",
+)
+
+# --- failures ---------------------------------------------------------------------------
+
+signature(
+    "nccl.warn",
+    r"NCCL WARN (?P<message>.+)",
+    anchors="NCCL WARN",
+    summary="NCCL warned about something it could not do",
+)
+
+_ERROR_KINDS = {
+    "unhandled system error": "system",
+    "ncclSystemError": "system",
+    "unhandled cuda error": "cuda",
+    "ncclUnhandledCudaError": "cuda",
+    "internal error": "internal",
+    "ncclInternalError": "internal",
+    "invalid usage": "invalid_usage",
+    "ncclInvalidUsage": "invalid_usage",
+    "invalid argument": "invalid_argument",
+    "ncclInvalidArgument": "invalid_argument",
+}
+
+
+def _nccl_error(found: re.Match[str]) -> dict[str, Any]:
+    return {"kind": _ERROR_KINDS[found["text"] or found["code"]]}
+
+
+signature(
+    "nccl.error",
+    r"(?:NCCL (?:error|Error)(?: \d+)?(?: in: (?P<where>\S+?))?[:,]\s*(?P<text>unhandled system error"
+    r"|unhandled cuda error|internal error|invalid usage|invalid argument)"
+    r"|\b(?P<code>ncclSystemError|ncclUnhandledCudaError|ncclInternalError|ncclInvalidUsage"
+    r"|ncclInvalidArgument)\b)",
+    anchors=(
+        "NCCL error",
+        "NCCL Error",
+        "ncclSystemError",
+        "ncclUnhandledCudaError",
+        "ncclInternalError",
+        "ncclInvalidUsage",
+        "ncclInvalidArgument",
+    ),
+    summary="an NCCL call failed with a result code (system, CUDA, internal, usage error)",
+    extract=_nccl_error,
+)
+
+signature(
+    "nccl.remote_error",
+    r"ncclRemoteError|remote process exited or there was a network error",
+    anchors=("ncclRemoteError", "remote process exited or there was a network error"),
+    summary="NCCL lost a peer: a remote process exited or the network dropped",
+    peer_symptom=True,
+)
+
+signature(
+    "nccl.socket_closed",
+    r"Connection closed by remote peer (?P<peer>[^\s<]+)(?:<(?P<port>\d+)>)?",
+    anchors="Connection closed by remote peer",
+    summary="the process on the other end of an NCCL socket closed it (it exited or aborted)",
+    peer_symptom=True,
+)
+
+
+def _connect(found: re.Match[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    reason = found["reason"] or found["returned"] or found["retry"]
+    if reason:
+        out["reason"] = reason.strip()
+    if found["address"]:
+        kind = address_kind(found["address"])
+        if kind:
+            out["address_kind"] = kind
+    return out
+
+
+signature(
+    "nccl.connect_failed",
+    r"(?:Connect to (?P<address>[^\s<]+)<(?P<port>\d+)> (?:failed\s*:\s*(?P<reason>.+?)"
+    r"|returned (?:\d+\()?(?P<returned>[^)]+)\)?.*?)"
+    r"|Call to connect returned (?P<retry>[^,]+)(?:, retrying)?)\s*$",
+    anchors=("Connect to ", "Call to connect returned"),
+    summary="NCCL could not open a socket to a peer (refused, unreachable, aborted, timed out)",
+    extract=_connect,
+)
+
+signature(
+    "nccl.no_interface",
+    r"(?:no socket interface found|No usable listening interface found"
+    r"|No interface found in the same subnet as remote address (?P<remote>\S+))",
+    anchors=(
+        "no socket interface found",
+        "No socket interface found",
+        "No usable listening interface found",
+        "No interface found in the same subnet",
+    ),
+    summary="NCCL found no usable network interface (NCCL_SOCKET_IFNAME names none that exists)",
+)
+
+signature(
+    "nccl.message_truncated",
+    r"Message truncated\s*:?\s*received (?P<received>\d+) bytes instead of (?P<expected>\d+)",
+    anchors="Message truncated",
+    summary="a bootstrap peer sent a message of the wrong size (mismatched NCCL builds or a foreign job)",
+)
+
+# --- shared memory ----------------------------------------------------------------------
+
+
+def _shm(found: re.Match[str]) -> dict[str, Any]:
+    reason = next((found[k] for k in ("r1", "r2", "r3", "r4") if found[k]), None)
+    return {"reason": reason.strip()} if reason else {}
+
+
+signature(
+    "nccl.shm_failed",
+    r"(?:Call to posix_fallocate failed\s*:?\s*(?P<r1>[^(]*)"
+    r"|failed to extend (?P<path>\S+) to (?P<bytes>\d+) bytes(?:, error: (?P<r2>[^(]+))?"
+    r"|Error while (?P<op>creating|attaching to) shared memory segment (?P<segment>\S+)"
+    r"(?: \(size (?P<size>\d+)\))?(?:, error: (?P<r3>[^(]+))?"
+    r"|failed to create shared memory file (?P<file>\S+), error (?P<r4>[^(]+)"
+    r"|Could not map (?P<mapped>/dev/shm/\S+) size (?P<map_size>\d+))",
+    anchors=(
+        "posix_fallocate failed",
+        "failed to extend",
+        "shared memory segment",
+        "failed to create shared memory file",
+        "Could not map /dev/shm",
+    ),
+    summary="NCCL could not create or map its /dev/shm segment (shared memory full or absent)",
+    extract=_shm,
+)
+
+signature(
+    "shm.no_space",
+    r"(?:/dev/shm|\bshm\b|shared memory).*No space left on device"
+    r"|No space left on device.*(?:/dev/shm|shared memory)",
+    anchors="No space left on device",
+    summary="a write to shared memory (/dev/shm) failed: no space left",
+)
+
+signature(
+    "shm.torch_file",
+    r"unable to (?P<op>write to file|mmap \d+ bytes from file|open shared memory object"
+    r"|allocate shared memory\(shm\) for file|resize file) <(?P<file>[^>]*)>[^:]*:"
+    r"\s*(?P<reason>[^(]*?)\s*(?:\((?P<errno>\d+)\))?\s*$",
+    anchors=(
+        "unable to write to file <",
+        "unable to mmap ",
+        "unable to open shared memory object <",
+        "unable to allocate shared memory(shm)",
+        "unable to resize file <",
+    ),
+    summary="torch could not create a tensor's shared-memory file (DataLoader workers, CPU sharing)",
+)
+
+signature(
+    "shm.dataloader_bus_error",
+    r"Unexpected bus error encountered in worker|insufficient shared memory \(shm\)"
+    r"|killed by signal: Bus error|workers are out of shared memory",
+    anchors=(
+        "Unexpected bus error encountered in worker",
+        "insufficient shared memory",
+        "killed by signal: Bus error",
+        "out of shared memory",
+    ),
+    summary="a DataLoader worker hit a bus error: /dev/shm is too small for its batches",
+)
+
+# --- InfiniBand / RoCE ------------------------------------------------------------------
+
+
+def _verbs(found: re.Match[str]) -> dict[str, Any]:
+    reason = (found["reason"] or "").strip()
+    out: dict[str, Any] = {"reason": reason} if reason else {}
+    if found["call"] == "ibv_reg_mr" and "Cannot allocate memory" in reason:
+        out["memlock"] = True
+    return out
+
+
+signature(
+    "nccl.ib_verbs_failed",
+    r"\b(?P<call>ibv_[a-z_]+) failed(?: with (?:error )?(?:\d+ )?(?P<reason>[^,]+))?",
+    anchors="ibv_",
+    summary="an InfiniBand verbs call failed (memory registration, queue pair setup or state change)",
+    extract=_verbs,
+)
+
+_WC_STATUS = {
+    "4": "IBV_WC_LOC_PROT_ERR",
+    "5": "IBV_WC_WR_FLUSH_ERR",
+    "10": "IBV_WC_REM_ACCESS_ERR",
+    "12": "IBV_WC_RETRY_EXC_ERR",
+    "13": "IBV_WC_RNR_RETRY_EXC_ERR",
+}
+
+
+def _completion(found: re.Match[str]) -> dict[str, Any]:
+    status = found["status"] or found["status2"]
+    out: dict[str, Any] = {}
+    if status:
+        out["status"] = int(status)
+        name = found["status_name"] or _WC_STATUS.get(status)
+        if name:
+            out["status_name"] = name
+    return out
+
+
+signature(
+    "nccl.ib_completion_error",
+    r"(?:Got completion (?:from peer (?P<peer>[^\s<]+)(?:<\d+>)? )?with "
+    r"(?:error (?P<status>\d+)|status=(?:(?P<status_name>IBV_WC_\w+)\()?(?P<status2>\d+)\)?)"
+    r"|Got CQE with error)",
+    anchors=("Got completion", "Got CQE with error"),
+    summary="an InfiniBand/RoCE work request completed with an error (retry exceeded, access, flush)",
+    extract=_completion,
+)
+
+signature(
+    "nccl.ib_async_event",
+    r"(?:Got async (?:error )?event|async fatal event)\s*(?:on \w+)?\s*:?\s*(?P<event>.*)",
+    anchors=("Got async event", "Got async error event", "async fatal event"),
+    summary="the InfiniBand device reported an asynchronous fault (port down, fatal device error)",
+)
+
+signature(
+    "ib.memlock",
+    r"RLIMIT_MEMLOCK is (?P<bytes>\d+) bytes",
+    anchors="RLIMIT_MEMLOCK",
+    summary="the locked-memory ulimit is too low for RDMA memory registration",
+)
+
+# --- GPU peer-to-peer -------------------------------------------------------------------
+
+signature(
+    "nccl.p2p_failed",
+    r"(?P<what>peer access is not supported between these two devices"
+    r"|failed to open CUDA IPC handle|cudaIpc(?:Open|Get)MemHandle\w*\)? (?:failed|returned))",
+    anchors=(
+        "peer access is not supported",
+        "failed to open CUDA IPC handle",
+        "cudaIpcOpenMemHandle",
+        "cudaIpcGetMemHandle",
+    ),
+    summary="CUDA peer access / IPC between two local GPUs failed",
+)
+
+# --- versions and drivers ---------------------------------------------------------------
+
+signature(
+    "driver.insufficient",
+    r"CUDA driver version is insufficient for CUDA runtime version",
+    anchors="CUDA driver version is insufficient",
+    summary="the NVIDIA driver is older than the CUDA runtime that NCCL/torch were built with",
+)
+
+signature(
+    "driver.too_old",
+    r"NVIDIA driver on your system is too old(?: \(found version (?P<found>\d+)\))?",
+    anchors="NVIDIA driver on your system is too old",
+    summary="torch reports the NVIDIA driver too old for its CUDA build",
+)
+
+signature(
+    "nccl.undefined_symbol",
+    r"undefined symbol: (?P<symbol>nccl\w+)",
+    anchors="undefined symbol: nccl",
+    summary="a binary expects an NCCL function the loaded libnccl does not have (version mix)",
+)

@@ -1,0 +1,274 @@
+"""Launch and setup: the launcher, the script's arguments, the env, devices and world size.
+
+These errors happen before or at the first collective and name their cause outright:
+argparse rejecting the `--local-rank=N` that `torch.distributed.launch` appends, env://
+rendezvous missing RANK or MASTER_ADDR, two ranks on one GPU, a DeviceMesh larger than
+the world, a backend asked to serve a device or an op it cannot. Messages are matched
+in the wordings of torch 1.x to 2.x and of NCCL 2.x; the numbers they carry (ranks,
+sizes, device ids) become fields for the rules.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from triage.readers.signatures import signature
+
+# --- config.launcher_args ----------------------------------------------------------------
+
+#: Flags a launcher adds to the script's argv (torch.distributed.launch, deepspeed, old
+#: torchrun --no-python wrappers); a script that does not declare them fails argparse.
+LAUNCHER_FLAG = re.compile(
+    r"--(?:local[-_]rank|use[-_]env|nproc[-_]per[-_]node|nnodes|node[-_]rank|master[-_](?:addr|port)"
+    r"|rdzv[-_]\w+|standalone|max[-_]restarts)\b"
+)
+
+
+def _arguments(found: re.Match[str]) -> dict[str, Any]:
+    names = found["args"].strip()
+    launcher = sorted({m.group(0) for m in LAUNCHER_FLAG.finditer(names)})
+    return {"launcher_flags": launcher} if launcher else {}
+
+
+signature(
+    "setup.unrecognized_arguments",
+    r"(?P<prog>\S+): error: unrecognized arguments: (?P<args>.+)",
+    anchors="error: unrecognized arguments:",
+    summary="argparse rejected arguments the launcher or the command line passed to the script",
+    extract=_arguments,
+)
+
+signature(
+    "setup.required_arguments",
+    r"(?P<prog>\S+): error: the following arguments are required: (?P<args>.+)",
+    anchors="error: the following arguments are required:",
+    summary="argparse misses arguments the script requires (e.g. --local_rank, which torchrun no longer passes)",
+    extract=_arguments,
+)
+
+signature(
+    "setup.hf_unused_arguments",
+    r"Some specified arguments are not used by the HfArgumentParser: (?P<args>.+)",
+    anchors="not used by the HfArgumentParser",
+    summary="transformers' HfArgumentParser rejected arguments the launcher passed",
+    extract=_arguments,
+)
+
+signature(
+    "setup.launch_deprecated",
+    r"The module torch\.distributed\.launch is deprecated",
+    anchors="The module torch.distributed.launch is deprecated",
+    summary="the job uses torch.distributed.launch, which passes --local-rank=N to the script",
+)
+
+# --- config.env_missing ------------------------------------------------------------------
+
+#: Variables a launcher sets; a script reading one that is absent fails with KeyError.
+LAUNCHER_VARIABLES = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "NODE_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
+_VARIABLE_PREFIXES = ("SLURM_", "OMPI_COMM_WORLD_", "PMI_", "TORCHELASTIC_")
+
+signature(
+    "setup.rendezvous_env_missing",
+    r"Error initializing torch\.distributed using (?P<method>env|tcp|file)://\s*rendezvous:\s*"
+    r"(?:environment variable (?P<variable>\w+) expected, but not set"
+    r"|(?P<parameter>rank parameter|world size parameter|port number|path) missing)",
+    anchors="Error initializing torch.distributed using",
+    summary="init_process_group's rendezvous lacks a variable or parameter the launcher should set",
+)
+
+signature(
+    "setup.env_key_error",
+    r"KeyError: '(?P<variable>"
+    + "|".join(LAUNCHER_VARIABLES)
+    + "|"
+    + "|".join(f"{p}\\w+" for p in _VARIABLE_PREFIXES)
+    + r")'",
+    anchors=tuple(f"KeyError: '{name}" for name in LAUNCHER_VARIABLES + _VARIABLE_PREFIXES),
+    summary="the script reads a launcher variable that is not set (run without torchrun/srun?)",
+)
+
+signature(
+    "setup.default_group_missing",
+    r"Default process group (?:has not been|is not) initialized",
+    anchors=(
+        "Default process group has not been initialized",
+        "Default process group is not initialized",
+    ),
+    summary="a collective ran before init_process_group, typically because the script was not launched distributed",
+)
+
+signature(
+    "setup.deepspeed_no_launcher",
+    r"Not using the DeepSpeed or dist launchers, attempting to detect MPI environment",
+    anchors="Not using the DeepSpeed or dist launchers",
+    summary="DeepSpeed found no launcher variables (RANK, LOCAL_RANK, ...) and falls back to MPI",
+)
+
+# --- config.device_assignment ------------------------------------------------------------
+
+signature(
+    "setup.duplicate_gpu",
+    r"Duplicate GPU detected\s*:\s*rank (?P<rank>\d+) and rank (?P<other_rank>\d+) both on CUDA device "
+    r"(?P<bus_id>[0-9a-fA-F]+)",
+    anchors="Duplicate GPU detected",
+    summary="NCCL found two ranks of one communicator on the same GPU",
+    extract=lambda found: {"ranks": sorted({int(found["rank"]), int(found["other_rank"])})},
+)
+
+signature(
+    "setup.invalid_device_ordinal",
+    r"invalid device ordinal",
+    anchors="invalid device ordinal",
+    summary="a rank asked for a GPU index this host (or its CUDA_VISIBLE_DEVICES) does not have",
+)
+
+signature(
+    "setup.devices_unavailable",
+    r"all CUDA-capable devices are busy or unavailable|CUDA-capable device\(s\) is/are busy or unavailable",
+    anchors=("devices are busy or unavailable", "is/are busy or unavailable"),
+    summary="the GPU refused another context: exclusive-process mode with two ranks (or another job) on it",
+)
+
+# --- config.world_size_mismatch ----------------------------------------------------------
+
+signature(
+    "setup.mesh_too_big",
+    r"Mesh should not be bigger than default world size(?: (?P<world_size>\d+))?, but found "
+    r"(?P<mesh_size>\d+) ranks",
+    anchors="Mesh should not be bigger than default world size",
+    summary="a DeviceMesh has more ranks than the job's world size",
+)
+
+signature(
+    "setup.mesh_heterogeneous",
+    r"DeviceMesh only support homogeneous hardware, but found (?P<world_size>\d+) ranks and "
+    r"(?P<devices>\d+) (?P<device_type>\w+) devices",
+    anchors="DeviceMesh only support homogeneous hardware",
+    summary="the world size is not a multiple of the devices per host",
+)
+
+signature(
+    "setup.mesh_group_mismatch",
+    r"Invalid mesh (?P<mesh>.+?) for ProcessGroup with ranks (?P<group_ranks>\[.*?\])"
+    r"|Each device mesh dimension should get only one process group",
+    anchors=("for ProcessGroup with ranks", "Each device mesh dimension should get only one"),
+    summary="a DeviceMesh does not match the ranks of the process group it is built from",
+)
+
+signature(
+    "setup.rank_out_of_range",
+    r"Invalid rank (?P<bad_rank>\d+), rank should be in the interval \[0, (?P<max_rank>\d+)\]"
+    r"|Rank (?P<group_rank>\d+) is out of range\. Valid ranks are 0 to (?P<max_valid>\d+)"
+    r"(?: \(world_size=(?P<world_size>\d+)\))?"
+    r"|the new group's rank should be within the world_size"
+    r"|the new group's world size should be less or equal to the world size"
+    r"|the split group's size should be less or equal to the world_size",
+    anchors=(
+        "rank should be in the interval",
+        "is out of range. Valid ranks are",
+        "the new group's rank should be within",
+        "the new group's world size should be less",
+        "the split group's size should be less",
+    ),
+    summary="a rank number exceeds the world size (sampler num_replicas, new_group ranks)",
+)
+
+signature(
+    "setup.world_not_divisible",
+    r"(?i)\bworld[ _]?size\b[^\n]{0,60}?\b(?:is not|isn't|must be|should be|not)\s+(?:evenly\s+)?"
+    r"(?:divisible by|equal to)\s*(?P<by>[^\n]{0,120})",
+    anchors=("divisible by", "is not equal to"),
+    summary="the world size does not factor into the requested parallel dimensions",
+)
+
+signature(
+    "setup.parallel_dims",
+    r"!= WORLD_SIZE\((?P<world_size>\d+)\)",
+    anchors="!= WORLD_SIZE(",
+    summary="the product of the parallel dimensions (dp, tp, pp, cp) differs from WORLD_SIZE",
+)
+
+
+def _barrier(found: re.Match[str]) -> dict[str, Any]:
+    world, joined = int(found["world_size"]), int(found["joined"])
+    return {"world_size": world, "joined": joined, "excess": joined > world}
+
+
+signature(
+    "setup.store_barrier",
+    r"store based barrier (?:on|to initialize process group for) rank:? (?P<rank>\d+),? (?:for )?key: "
+    r"\S+ \(world_size=(?P<world_size>\d+), (?:worker_count|num_workers_joined)=(?P<joined>\d+)",
+    anchors="store based barrier",
+    summary="init_process_group's barrier counts a different number of workers than the world size",
+    extract=_barrier,
+)
+
+signature(
+    "setup.nccl_rank_count",
+    r"Bootstrap Root : mismatch in rank count from procs (?P<nranks>\d+) : (?P<other>\d+)"
+    r"|Invalid rank requested : (?P<bad_rank>\d+)/(?P<world_size>\d+)"
+    r"|Bootstrap Root : rank (?P<dup_rank>\d+) of (?P<of>\d+) ranks has already checked in",
+    anchors=("mismatch in rank count", "Invalid rank requested", "has already checked in"),
+    summary="NCCL's bootstrap saw ranks disagree on the world size, or one rank number twice",
+)
+
+# --- config.backend_device ---------------------------------------------------------------
+
+signature(
+    "setup.backend_unavailable",
+    r"ProcessGroupNCCL is only supported with GPUs, no GPUs found"
+    r"|\bnccl2? requires at least one CUDA device"
+    r"|Distributed package doesn't have (?P<backend>NCCL|MPI|UCC|Gloo) built in",
+    anchors=(
+        "ProcessGroupNCCL is only supported with GPUs",
+        "requires at least one CUDA device",
+        "Distributed package doesn't have",
+    ),
+    summary="the chosen backend cannot run here (NCCL without a GPU, a backend missing from this build)",
+)
+
+signature(
+    "setup.no_backend_for_device",
+    r"No backend type associated with device type (?P<device>\w+)"
+    r"|Default backend not registered for device : (?P<default_device>\w+)",
+    anchors=("No backend type associated with device type", "Default backend not registered"),
+    summary="a collective got a tensor on a device none of the group's backends serves (CPU tensor on NCCL)",
+)
+
+signature(
+    "setup.tensor_device",
+    r"Tensors? must be CUDA and dense",
+    anchors="must be CUDA and dense",
+    summary="NCCL was given a CPU (or sparse) tensor",
+)
+
+signature(
+    "setup.backend_op_unsupported",
+    r"\b(?:ProcessGroup ?(?P<group>\w*?)|Backend (?P<backend>\w+)) ?does not support (?P<op>\w+)",
+    anchors="does not support",
+    summary="the process group's backend does not implement this collective",
+)
+
+signature(
+    "setup.gloo_device_unsupported",
+    r"ProcessGroupGloo::(?P<op>\w+): unsupported (?:device type (?P<device>\w+)|layout)",
+    anchors="ProcessGroupGloo::",
+    summary="gloo cannot run this collective on this device or tensor layout",
+)
+
+signature(
+    "setup.reduce_op_unsupported",
+    r"Cannot use ReduceOp\.(?P<op>\w+) with (?P<backend>Gloo|NCCL|MPI|UCC)",
+    anchors="Cannot use ReduceOp.",
+    summary="the backend does not implement this reduction",
+)

@@ -1,0 +1,1 @@
+"""Rules that read Flight Recorder dumps; each module is named by its rule ID."""

@@ -1,0 +1,114 @@
+"""What the Flight Recorder hang rules share: the stuck points and how to read their sides."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from triage.models import Evidence, Location
+from triage.observations import FRSide, FRStuckGroup
+from triage.readers.source import (
+    innermost_function,
+    innermost_loop,
+    rank_condition,
+    source_available,
+)
+from triage.registry import EvidenceSet
+
+UNSEEN = ("no_dump", "unreadable", "unknown")
+
+
+def stuck_groups(evidence: EvidenceSet) -> list[tuple[Evidence, FRStuckGroup]]:
+    """Stuck points that are causes, not victims of another group's stuck point."""
+    return [(e, p) for e, p in evidence.payloads("fr_stuck", FRStuckGroup) if p.root]
+
+
+def majority(point: FRStuckGroup) -> FRSide | None:
+    return next((s for s in point.sides if s.state == "waiting"), None)
+
+
+def coverage(point: FRStuckGroup) -> float:
+    """Confidence shrinks with the members whose state the dumps do not show."""
+    unseen = sum(len(s.ranks) for s in point.sides if s.state in UNSEEN) + point.more_ranks
+    return 1.0 - 0.4 * unseen / max(1, point.members)
+
+
+def is_subgroup(point: FRStuckGroup) -> bool:
+    return point.members < point.world
+
+
+def split(point: FRStuckGroup, state: str) -> tuple[FRSide | None, list[FRSide], bool]:
+    """(the side others agree with, the outlier sides in `state`, whether it was a tie).
+
+    On a tie, the side whose call sits under a rank-dependent `if` (when the source can be
+    read) is the odd one; else the side whose op the group never ran before: a collective
+    under a rank-dependent branch is new, the loop's own collective is not."""
+    normal = majority(point)
+    odd = [s for s in point.sides if s.state == state]
+    if normal is None or not odd:
+        return normal, odd, False
+    contenders = [s for s in (normal, *odd) if len(s.ranks) == len(normal.ranks)]
+    if len(contenders) == 1:
+        return normal, odd, False
+    branched = [s for s in contenders if _under_rank_condition(s)]
+    if len(branched) == 1 and len(contenders) == 2:
+        other = next(s for s in contenders if s is not branched[0])
+        return other, branched, False
+    novel = [s for s in contenders if s.novel]
+    if len(novel) == 1 and len(contenders) == 2:
+        other = next(s for s in contenders if s is not novel[0])
+        return other, novel, False
+    return normal, odd, True
+
+
+def where(side: FRSide | None) -> str:
+    if side is None or side.op is None or side.op.location is None:
+        return ""
+    loc = side.op.location
+    return f" at {Path(loc.file).name}:{loc.line}"
+
+
+def location(side: FRSide | None) -> Location | None:
+    return side.op.location if side is not None and side.op is not None else None
+
+
+def ranks_of(sides: Iterable[FRSide]) -> list[int]:
+    return sorted({r for s in sides for r in s.ranks})
+
+
+def left_the_loop(ahead: FRSide, behind: FRSide) -> bool | None:
+    """Did `ahead` leave the loop that still holds `behind`? None when the source cannot tell.
+
+    Ranks that ran out of data stand after the training loop (a final barrier, a checkpoint
+    gather) at the sequence number where the others run the loop's next collective. The
+    recorded lines tell it from a conditional collective: in one function, `ahead` lies
+    after `behind`, outside `behind`'s innermost loop, and not under a rank-dependent `if`.
+    """
+    a, b = location(ahead), location(behind)
+    if a is None or b is None or a.line is None or b.line is None or a.file != b.file:
+        return None
+    if not source_available(a.file):
+        return None
+    if innermost_function(a.file, a.line) != innermost_function(b.file, b.line):
+        return None
+    if a.line <= b.line or rank_condition(a.file, a.line) is not None:
+        return False
+    loop = innermost_loop(b.file, b.line)
+    return loop is not None and not loop.start <= a.line <= loop.end
+
+
+def apart_by_the_loop(normal: FRSide | None, side: FRSide) -> bool:
+    """The source shows one of the two sides past the loop that still holds the other."""
+    return normal is not None and bool(left_the_loop(side, normal) or left_the_loop(normal, side))
+
+
+def is_barrier(side: FRSide) -> bool:
+    """gloo records `barrier`, NCCL since torch 2.6 `all_reduce_barrier`."""
+    return side.op is not None and side.op.op.endswith("barrier")
+
+
+def _under_rank_condition(side: FRSide) -> bool:
+    loc = location(side)
+    return (
+        loc is not None and loc.line is not None and rank_condition(loc.file, loc.line) is not None
+    )

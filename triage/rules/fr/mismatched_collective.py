@@ -1,0 +1,82 @@
+"""hang.mismatched_collective from Flight Recorder: ranks in different ops at one sequence number."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from triage.models import Finding
+from triage.registry import EvidenceSet, rule
+from triage.rules.fr._stuck_groups import (
+    apart_by_the_loop,
+    coverage,
+    is_subgroup,
+    location,
+    ranks_of,
+    split,
+    stuck_groups,
+    where,
+)
+from triage.text import format_ranks
+
+
+@rule("fr.mismatched_collective", "hang.mismatched_collective")
+def fr_mismatched_collective(evidence: EvidenceSet) -> Iterator[Finding]:
+    """Flight Recorder: members of one group enqueued different collectives at one sequence number.
+
+    What it detects:
+    Aligned by collective sequence number, the group's oldest unfinished collective is
+    one op (all_reduce) on most members and another op (broadcast, barrier) on the
+    culprits. Also two groups over all ranks whose members each wait in the other's op.
+
+    Why it happens:
+    A collective under a rank-dependent branch (`if rank == 0: dist.broadcast(...)`), or
+    collectives issued in a different order on some ranks (a dict iterated in a
+    different order, a conditional all_gather before the gradient all_reduce).
+
+    Evidence:
+    Flight Recorder dumps: the op names at the stuck sequence number differ; the stacks
+    the recorder kept name each side's user line. On a tie, the side whose op the group
+    never ran in its recent collectives is the odd one.
+
+    Fix:
+    Make every rank issue the same collectives in the same order: hoist the collective out
+    of the rank-dependent branch (every rank calls it; only the use of the result is
+    conditional), or order the calls deterministically.
+
+    Known false positives:
+    Ranks that ran a different number of steps reach other collectives too
+    (hang.uneven_inputs): sides whose source shows one of them past the loop that holds
+    the other are left to fr.uneven_inputs; without the source, when the odd op is a final
+    barrier or a checkpoint gather, check the step counts.
+
+    References:
+    PyTorch Flight Recorder tutorial; torch.distributed.flight_recorder.fr_trace.
+    """
+    for item, point in stuck_groups(evidence):
+        normal, odd, tie = split(point, "other_op")
+        odd = [s for s in odd if not apart_by_the_loop(normal, s)]  # fr.uneven_inputs
+        elsewhere = [s for s in point.sides if s.state == "elsewhere"]
+        if not odd and not (elsewhere and not is_subgroup(point)):
+            continue
+        culprits = odd or elsewhere
+        first = culprits[0]
+        ranks = ranks_of(culprits)
+        ops = " / ".join(sorted({s.op.op for s in culprits if s.op}))
+        sides = "; ".join(s.describe() for s in (normal, *culprits) if s)
+        confidence = (0.6 if tie else 0.9 if odd else 0.7) * coverage(point)
+        yield Finding(
+            title=f"rank {format_ranks(ranks)} in {ops or 'another collective'} while group "
+            f"{point.group} waits in {normal.op.op if normal and normal.op else 'its collective'}",
+            summary=f"Flight Recorder, group {point.group} ({point.members} ranks), stuck at "
+            f"collective seq {point.seq}: {sides}."
+            + (" The sides are the same size; check both call sites." if tie else ""),
+            ranks=ranks,
+            location=location(first),
+            other_locations=[loc for loc in [location(normal)] if loc],
+            confidence=round(confidence, 3),
+            evidence=[item.id, *(point.side_evidence_id(s) for s in culprits)][:6],
+            fix="Make every rank call the same collectives in the same order: move the "
+            f"{ops or 'odd'} call{where(first)} out of its rank-dependent branch.",
+            confirm=f"rank {format_ranks(ranks)}'s recorded op at seq {point.seq} is "
+            f"{ops or 'another op'} (see {point.evidence_id()})",
+        )

@@ -1,0 +1,44 @@
+"""Views of log evidence that many rules share: signals by name, tracebacks, origin ranks,
+and the choice among the explanations a rule weighs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from triage.models import Evidence
+from triage.observations import LogSignal, TracebackRecord
+from triage.registry import EvidenceSet
+
+Signal = tuple[Evidence, LogSignal]
+
+#: One explanation a rule weighs: confidence, what went wrong, the signals that show it, the fix.
+Found = tuple[float, str, list[Signal], str]
+
+
+def signals(evidence: EvidenceSet, *names: str) -> list[Signal]:
+    """Signals whose signature is one of `names` (all signals when none are given)."""
+    found = evidence.payloads("log_signal", LogSignal)
+    wanted = set(names)
+    return [(e, s) for e, s in found if not wanted or s.signature in wanted]
+
+
+def tracebacks(
+    evidence: EvidenceSet, *, dumps: bool | None = None
+) -> list[tuple[Evidence, TracebackRecord]]:
+    """Tracebacks (dumps=False), stack dumps (dumps=True) or both (None)."""
+    found = evidence.payloads("traceback", TracebackRecord)
+    return [(e, t) for e, t in found if dumps is None or t.dump == dumps]
+
+
+def ranks_of(items: Iterable[LogSignal | TracebackRecord]) -> list[int]:
+    return sorted({i.rank for i in items if i.rank is not None})
+
+
+def ids(items: Iterable[tuple[Evidence, object]]) -> list[str]:
+    return [e.id for e, _ in items]
+
+
+def strongest(found: list[Found]) -> tuple[Found, list[Signal]]:
+    """The most confident explanation (the first of equals), and the signals of all of them
+    to cite: the weaker explanations still support the finding."""
+    return max(found, key=lambda f: f[0]), [item for _, _, items, _ in found for item in items]

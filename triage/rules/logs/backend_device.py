@@ -1,0 +1,107 @@
+"""config.backend_device from logs: the process group's backend cannot serve the tensor's
+device or the requested operation."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from triage.models import Finding
+from triage.registry import EvidenceSet, rule
+from triage.rules.logs._comm_view import quoted_finding
+from triage.rules.logs._signals import Found, signals
+
+_TEXT = re.compile(r"backend|Backend|does not support|ProcessGroup|CUDA|device|ReduceOp|nccl")
+
+_FIX_DEVICE = (
+    "Match tensors to the backend: NCCL needs CUDA tensors (move them with .cuda() / "
+    ".to(f'cuda:{local_rank}') before the collective), gloo serves CPU tensors; for both, "
+    "init_process_group(backend='cpu:gloo,cuda:nccl'), or a separate gloo group "
+    "(dist.new_group(backend='gloo')) for CPU-side collectives."
+)
+_FIX_UNAVAILABLE = (
+    "Use a backend this machine has: gloo on CPU-only hosts, Windows and macOS (NCCL needs "
+    "Linux and a CUDA GPU); check torch.cuda.is_available() and pick the backend from it "
+    "(or dist.get_default_backend_for_device)."
+)
+_FIX_OP = (
+    "Use an operation the backend implements (the support table in the torch.distributed "
+    "docs): e.g. all_reduce + slice instead of reduce_scatter on old gloo, all_gather instead "
+    "of gather on old NCCL, SUM then divide instead of AVG/PREMUL_SUM on gloo; or run that "
+    "collective on a group of the other backend, or upgrade torch."
+)
+
+
+@rule("logs.backend_device", "config.backend_device")
+def backend_device(evidence: EvidenceSet) -> Iterator[Finding]:
+    """A collective's backend cannot handle the tensor's device or the operation asked of it.
+
+    What it detects:
+    `ProcessGroupNCCL is only supported with GPUs, no GPUs found!`, `nccl requires at least
+    one CUDA device`, `Distributed package doesn't have NCCL built in`; `No backend type
+    associated with device type cpu` and `Tensors must be CUDA and dense` (CPU tensors on
+    an NCCL group); `ProcessGroupGloo does not support reduce_scatter`, `Backend gloo does
+    not support ...`, `ProcessGroupGloo::<op>: unsupported device type`, `Cannot use
+    ReduceOp.PREMUL_SUM with Gloo`.
+
+    Why it happens:
+    The backend is chosen for one device and the tensors live on another (metrics or
+    objects kept on CPU in an NCCL job), the script picks NCCL on a machine without a GPU
+    or on Windows/macOS, or the backend (or this torch version of it) lacks the op.
+
+    Evidence:
+    The error text naming the backend, the device or the op; the user line of the call.
+
+    Fix:
+    Move tensors to the backend's device, use `cpu:gloo,cuda:nccl` or a gloo subgroup for
+    CPU collectives, pick gloo where there is no GPU, or use a supported op.
+
+    Known false positives:
+    None known: these messages are specific.
+
+    References:
+    torch.distributed docs, "Backends" (the op/device support table) and
+    init_process_group's `backend` argument.
+    """
+    found: list[Found] = []
+    unavailable = signals(evidence, "setup.backend_unavailable")
+    if unavailable:
+        found.append(
+            (0.9, "the backend is not available on this machine", unavailable, _FIX_UNAVAILABLE)
+        )
+    device = signals(evidence, "setup.no_backend_for_device", "setup.tensor_device")
+    if device:
+        kind = next(
+            (
+                str(s.fields.get("device") or s.fields.get("default_device"))
+                for _, s in device
+                if s.fields.get("device") or s.fields.get("default_device")
+            ),
+            "cpu",
+        )
+        found.append(
+            (
+                0.88,
+                f"a collective got a {kind} tensor its group's backend cannot serve",
+                device,
+                _FIX_DEVICE,
+            )
+        )
+    ops = signals(
+        evidence,
+        "setup.backend_op_unsupported",
+        "setup.gloo_device_unsupported",
+        "setup.reduce_op_unsupported",
+    )
+    if ops:
+        op = next((str(s.fields["op"]) for _, s in ops if s.fields.get("op")), "the operation")
+        found.append((0.86, f"the backend does not support {op}", ops, _FIX_OP))
+    if not found:
+        return
+    yield quoted_finding(
+        evidence,
+        found,
+        _TEXT,
+        "the failing call's tensor device (tensor.device) or op is not in the backend's "
+        "support table for the group it runs on",
+    )

@@ -1,0 +1,139 @@
+"""hang.collective_timeout from logs: a collective timed out and the logs name no culprit yet."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+
+from triage.models import Evidence, Finding
+from triage.observations import LogSignal
+from triage.registry import EvidenceSet, rule
+from triage.rules.logs._hang_lines import hang_log
+from triage.rules.logs._signals import ids, signals
+from triage.text import format_ranks
+
+_COLLECT = (
+    "While it hangs, dump every rank's Python stack (`triage hang --launcher-pid PID`, or "
+    "`py-spy dump --pid PID` per rank); next run, set TORCH_FR_BUFFER_SIZE=2000 for Flight "
+    "Recorder dumps on timeout and TORCH_DISTRIBUTED_DEBUG=DETAIL to turn a mismatch into an "
+    "error naming the ranks; keep every rank's log (torchrun --redirects 3 --tee 3)."
+)
+
+
+@rule("logs.collective_timeout", "hang.collective_timeout")
+def collective_timeout(evidence: EvidenceSet) -> Iterator[Finding]:
+    """A collective timed out; the logs say which one, but not which rank held it up.
+
+    What it detects:
+    NCCL watchdog timeouts (`Watchdog caught collective operation timeout: WorkNCCL(...)`,
+    `Timeout at NCCL work: N`), gloo `Timed out waiting Nms for recv/send operation`,
+    monitoredBarrier timeouts, or, weakest, a watchdog whose heartbeat stopped.
+
+    Why it happens:
+    Some rank did not reach the collective in time: it is elsewhere (evaluation,
+    checkpointing, data loading), in a different collective, dead, or the transport
+    (network, NVLink, a GPU) stalled. The timeout itself is the symptom.
+
+    Evidence:
+    The watchdog line names the op, its sequence number, sizes and timeout; rules for
+    specific causes read the same lines across ranks and win when ranks disagree.
+
+    Fix:
+    Gather what tells the causes apart: every rank's stack while hung, Flight Recorder
+    dumps, TORCH_DISTRIBUTED_DEBUG=DETAIL, every rank's log. Raise the timeout
+    (`init_process_group(timeout=...)`) only when one rank's work is legitimately long.
+
+    Known false positives:
+    None as a symptom; as a cause it is the fallback when no rank stands out.
+
+    References:
+    torch.distributed docs, "Debugging torch.distributed applications"; Flight Recorder.
+    """
+    view = hang_log(evidence)
+    stuck = signals(evidence, "hang.watchdog_stuck")
+    aborted = [
+        (e, s)
+        for e, s in signals(evidence, "hang.watchdog_exception", "hang.watchdog_teardown")
+        if s.fields.get("where", "checkTimeout") == "checkTimeout"
+    ]
+    if view.timeouts:
+        found, confidence, what = view.timeouts, 0.5, _describe(view.timeouts)
+    elif stuck:
+        found, confidence = stuck, 0.4
+        what = (
+            f"the watchdog on rank {format_ranks(_ranks(stuck))} stopped making progress: "
+            "a CUDA or NCCL call (or a thread holding the GIL) blocks the process"
+        )
+    elif aborted:
+        found, confidence = aborted, 0.35
+        what = f"the NCCL watchdog took rank {format_ranks(_ranks(aborted))} down after a timeout"
+    else:
+        return
+    timed_out = sorted(view.waiting)
+    same = _same_collective(view.timeouts)
+    tail = (
+        " Every rank that reports waits in the same collective: the stall is on a rank whose "
+        "log is missing, or below Python (network, NCCL, a GPU)."
+        if same and len(timed_out) > 1
+        else ""
+    )
+    yield Finding(
+        title="a collective timed out; the rank that held it up is not in the logs",
+        summary=f"{what[0].upper()}{what[1:]}.{tail}",
+        ranks=[],
+        location=view.location(timed_out),
+        confidence=confidence,
+        evidence=ids(found[:8]),
+        fix=_COLLECT,
+        confirm=(
+            "every rank's stack or Flight Recorder entry shows the same collective (a transport "
+            "stall), not one rank elsewhere"
+        ),
+    )
+
+
+def _ranks(found: list[tuple[Evidence, LogSignal]]) -> list[int]:
+    return sorted({s.rank for _, s in found if s.rank is not None})
+
+
+def _describe(found: list[tuple[Evidence, LogSignal]]) -> str:
+    """'ranks 0-3 timed out in ALLREDUCE #1580 (NumelIn 466119168) after 600000 ms; ...'."""
+    groups: dict[str, set[int]] = defaultdict(set)
+    for _, sig in found:
+        groups[_what(sig)].add(-1 if sig.rank is None else sig.rank)
+    parts = []
+    for what, ranks in list(groups.items())[:3]:
+        known = sorted(r for r in ranks if r >= 0)
+        who = f"rank {format_ranks(known)}" if known else "a rank"
+        parts.append(f"{who} {what}")
+    return "; ".join(parts)
+
+
+def _what(sig: LogSignal) -> str:
+    f = sig.fields
+    if sig.signature == "hang.gloo_timeout":
+        return f"timed out after {f.get('timeout_ms')} ms waiting for a gloo {f.get('direction')}"
+    if sig.signature == "hang.monitored_barrier":
+        missing = format_ranks(f.get("failed_ranks", []))
+        return f"waited {f.get('timeout_ms')} ms in monitoredBarrier for rank {missing}"
+    if sig.signature == "hang.watchdog_progress":
+        group = f", process group {f['pg']}" if "pg" in f else ""
+        at = f" at work #{f['seq']}" if "seq" in f else ""
+        return (
+            f"timed out{at} (last enqueued #{f.get('last_enqueued')}, last completed "
+            f"#{f.get('last_completed')}{group})"
+        )
+    op = f.get("op", "a collective")
+    number = f" #{f['seq']}" if "seq" in f else ""
+    numel = f" (NumelIn {f['numel_in']})" if "numel_in" in f else ""
+    after = f" after {f['timeout_ms']} ms" if "timeout_ms" in f else ""
+    return f"timed out in {op}{number}{numel}{after}"
+
+
+def _same_collective(found: list[tuple[Evidence, LogSignal]]) -> bool:
+    keys = {
+        (s.fields.get("seq"), s.fields.get("op"))
+        for _, s in found
+        if s.signature == "hang.watchdog_timeout"
+    }
+    return len(keys) == 1

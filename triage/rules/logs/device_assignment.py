@@ -1,0 +1,180 @@
+"""config.device_assignment from logs: ranks sharing a GPU, or asking for one that does not
+exist on their host."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from triage.models import Finding
+from triage.registry import EvidenceSet, rule
+from triage.rules.logs._comm_view import comm_view, quoted_finding
+from triage.rules.logs._signals import Signal, ranks_of, signals
+from triage.text import format_ranks
+
+_COMM_ID = re.compile(r"commId (0x[0-9a-fA-F]+)")
+_DEVICE_TEXT = re.compile(r"device ordinal|set_device|busy or unavailable|Duplicate GPU|cuda")
+_FIX_SHARED = (
+    "Give every rank its own GPU: call torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) "
+    "before init_process_group (or pass device_id=torch.device('cuda', local_rank)), never a "
+    "hard-coded cuda:0 or the global RANK; on multi-node jobs use LOCAL_RANK, not RANK."
+)
+_FIX_ORDINAL = (
+    "Start as many processes per node as there are visible GPUs (--nproc-per-node equal to the "
+    "GPU count, or CUDA_VISIBLE_DEVICES listing that many), and index devices with LOCAL_RANK, "
+    "not RANK; when each rank sees only one GPU (per-rank CUDA_VISIBLE_DEVICES), use cuda:0."
+)
+_FIX_BUSY = (
+    "The GPU is in exclusive-process compute mode (or held by another job): run one rank per "
+    "GPU with set_device(LOCAL_RANK), free the GPU (nvidia-smi shows who holds it), or switch "
+    "the compute mode to Default (`nvidia-smi -c 0`, needs root)."
+)
+
+
+@rule("logs.device_assignment", "config.device_assignment")
+def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
+    """Ranks are mapped to GPUs wrongly: two on one device, or one on a device that is missing.
+
+    What it detects:
+    NCCL's `Duplicate GPU detected : rank X and rank Y both on CUDA device Z`; NCCL_DEBUG=INFO
+    `Init START/COMPLETE` lines of one communicator that place two processes on one busId of
+    one host; `CUDA error: invalid device ordinal` (set_device(local_rank) with more ranks
+    than GPUs, or RANK used instead of LOCAL_RANK on a second node); `all CUDA-capable
+    devices are busy or unavailable` (two ranks on one GPU in exclusive-process mode);
+    weaker: NCCL's `invalid usage` result with no reason shown (its usual cause is two
+    ranks on one GPU; NCCL_DEBUG=WARN prints the `Duplicate GPU` line).
+
+    Why it happens:
+    The script never calls torch.cuda.set_device, hard-codes cuda:0, indexes devices with
+    the global RANK, or runs more processes per node (--nproc-per-node) than the node has
+    visible GPUs; CUDA_VISIBLE_DEVICES set to one GPU for every rank.
+
+    Evidence:
+    The NCCL warning naming the two ranks and the device, the init lines with their busId,
+    the CUDA error and the user line (set_device, .cuda(), .to(device)) that raised it.
+
+    Fix:
+    One process per GPU, each calling torch.cuda.set_device(LOCAL_RANK) before
+    init_process_group; --nproc-per-node equal to the number of visible GPUs.
+
+    Known false positives:
+    NCCL's `invalid usage` has other causes too (a communicator used after abort, too many
+    outstanding operations); without the Duplicate GPU line it scores 0.5.
+    `invalid device ordinal` from a checkpoint or a config naming a device that exists on
+    another machine is still a device mapping error, but not a launcher one. Init lines of
+    logs without commId (old NCCL) are grouped by communicator size, which can pair
+    different communicators; that case scores lower.
+
+    References:
+    NCCL troubleshooting ("Duplicate GPU detected"); torchrun docs on LOCAL_RANK and
+    set_device; CUDA error cudaErrorInvalidDevice / cudaErrorDevicesUnavailable.
+    """
+    found: list[tuple[float, str, list[Signal], list[int], str]] = []
+    duplicate = signals(evidence, "setup.duplicate_gpu")
+    if duplicate:
+        ranks = sorted({r for _, s in duplicate for r in s.fields.get("ranks", [])})
+        device = duplicate[0][1].fields.get("bus_id", "?")
+        found.append(
+            (
+                0.93,
+                f"rank {format_ranks(ranks)} share one GPU (NCCL: Duplicate GPU, device {device})",
+                duplicate,
+                ranks,
+                _FIX_SHARED,
+            )
+        )
+    shared = _shared_bus(signals(evidence, "nccl.init"))
+    if shared:
+        confidence, items, ranks, bus = shared
+        found.append(
+            (
+                confidence,
+                f"rank {format_ranks(ranks)} initialized NCCL on one GPU (busId {bus})",
+                items,
+                ranks,
+                _FIX_SHARED,
+            )
+        )
+    ordinal = signals(evidence, "setup.invalid_device_ordinal")
+    if ordinal:
+        ranks = ranks_of(s for _, s in ordinal)
+        in_set_device = _raised_in(evidence, ranks, "set_device")
+        found.append(
+            (
+                0.88 if in_set_device else 0.78,
+                "a rank asked for a GPU index its host does not have (invalid device ordinal)"
+                + (f" on rank {format_ranks(ranks)}" if ranks else ""),
+                ordinal,
+                ranks,
+                _FIX_ORDINAL,
+            )
+        )
+    busy = signals(evidence, "setup.devices_unavailable")
+    if busy:
+        ranks = ranks_of(s for _, s in busy)
+        found.append(
+            (
+                0.6,
+                "the GPU refused another process (busy or unavailable)",
+                busy,
+                ranks,
+                _FIX_BUSY,
+            )
+        )
+    invalid = [
+        (e, s)
+        for e, s in signals(evidence, "nccl.error")
+        if s.fields.get("kind") == "invalid_usage"
+    ]
+    if invalid and not duplicate:
+        found.append(
+            (
+                0.5,
+                "NCCL reports invalid usage, most often two ranks on one GPU",
+                invalid,
+                ranks_of(s for _, s in invalid),
+                _FIX_SHARED,
+            )
+        )
+    if not found:
+        return
+    ranks = max(found, key=lambda f: f[0])[3]  # these explanations carry their own culprits
+    yield quoted_finding(
+        evidence,
+        [(confidence, what, items, fix) for confidence, what, items, _, fix in found],
+        _DEVICE_TEXT,
+        "each rank's LOCAL_RANK, CUDA_VISIBLE_DEVICES and torch.cuda.current_device() "
+        "show two ranks on one GPU or an index past torch.cuda.device_count()",
+        ranks=ranks,
+    )
+
+
+def _raised_in(evidence: EvidenceSet, ranks: list[int], function: str) -> bool:
+    """A traceback on one of `ranks` (any rank when none are known) passes through `function`."""
+    for _, t in comm_view(evidence).errors():
+        if ranks and t.rank not in ranks:
+            continue
+        if "invalid device ordinal" in t.message and any(f.function == function for f in t.frames):
+            return True
+    return False
+
+
+def _shared_bus(inits: list[Signal]) -> tuple[float, list[Signal], list[int], str] | None:
+    """Two processes of one communicator on one GPU of one host, from NCCL's init lines."""
+    groups: dict[tuple[str, str], dict[str, list[Signal]]] = {}
+    for e, s in inits:
+        bus, host = s.fields.get("bus_id"), s.host
+        if bus is None or host is None or s.pid is None:
+            continue
+        comm_id = _COMM_ID.search(s.text)
+        key = (host, comm_id.group(1) if comm_id else f"nranks={s.fields.get('nranks')}")
+        groups.setdefault(key, {}).setdefault(str(bus), []).append((e, s))
+    for key, by_bus in groups.items():
+        for bus_id, items in by_bus.items():
+            pids = {s.pid for _, s in items}
+            comm_ranks = {s.fields.get("rank") for _, s in items}
+            if len(pids) > 1 and len(comm_ranks) > 1:
+                confidence = 0.82 if key[1].startswith("0x") else 0.6
+                ranks = sorted(int(r) for r in comm_ranks if r is not None)
+                return confidence, items, ranks, bus_id
+    return None

@@ -1,0 +1,90 @@
+"""config.env_missing from logs: a launcher variable (RANK, WORLD_SIZE, MASTER_ADDR, ...)
+that init_process_group or the script needs is not set."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from triage.models import Finding
+from triage.registry import EvidenceSet, rule
+from triage.rules.logs._comm_view import comm_view
+from triage.rules.logs._signals import ids, ranks_of, signals
+
+_ERROR_TEXT = re.compile(
+    r"rendezvous|KeyError|expected, but not set|process group has not been initialized|mpi4py"
+)
+_FIX = (
+    "Start the script with a launcher that sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and "
+    "MASTER_PORT (torchrun, or srun with a wrapper that exports them), or pass rank, world_size "
+    "and init_method to init_process_group explicitly; read optional variables with "
+    "os.environ.get(NAME, default)."
+)
+
+
+@rule("logs.env_missing", "config.env_missing")
+def env_missing(evidence: EvidenceSet) -> Iterator[Finding]:
+    """A variable the launcher should have set is missing when the job starts.
+
+    What it detects:
+    `Error initializing torch.distributed using env:// rendezvous: environment variable
+    RANK expected, but not set` (also WORLD_SIZE, MASTER_ADDR, MASTER_PORT; the tcp:// and
+    file:// forms `rank parameter missing`, `world size parameter missing`); a script's
+    `KeyError: 'LOCAL_RANK'` (RANK, WORLD_SIZE, MASTER_*, SLURM_*, OMPI_COMM_WORLD_*);
+    weaker: `Default process group has not been initialized` and DeepSpeed's `Not using
+    the DeepSpeed or dist launchers` (the script ran without a launcher).
+
+    Why it happens:
+    The script was started with plain `python` instead of torchrun/srun/deepspeed, a
+    SLURM or MPI wrapper does not export the torch variables, or the init method expects
+    env:// while the code passes no rank/world size.
+
+    Evidence:
+    The rendezvous error or KeyError naming the variable, on the ranks that report it.
+
+    Fix:
+    Launch with torchrun (or export RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+    from the scheduler's variables), or pass rank/world_size/init_method explicitly.
+
+    Known false positives:
+    `Default process group has not been initialized` also follows a code path that skips
+    init_process_group on purpose (single-process runs); it scores low.
+
+    References:
+    torch.distributed docs, "Environment variable initialization"; torchrun docs
+    ("Environment variables").
+    """
+    explicit = signals(evidence, "setup.rendezvous_env_missing", "setup.env_key_error")
+    weak = signals(evidence, "setup.default_group_missing", "setup.deepspeed_no_launcher")
+    items = explicit or weak
+    if not items:
+        return
+    names = sorted(
+        {
+            str(s.fields.get("variable") or s.fields.get("parameter"))
+            for _, s in explicit
+            if s.fields.get("variable") or s.fields.get("parameter")
+        }
+    )
+    ranks = ranks_of(s for _, s in items)
+    if explicit:
+        what = f"{', '.join(names)} not set when the job started"
+        confidence = (
+            0.9 if any(s.signature == "setup.rendezvous_env_missing" for _, s in explicit) else 0.85
+        )
+    else:
+        what = "the script ran without a distributed launcher"
+        confidence = (
+            0.45 if any(s.signature == "setup.default_group_missing" for _, s in weak) else 0.35
+        )
+    yield Finding(
+        title=what,
+        summary=f"`{items[0][1].text[:200]}`",
+        ranks=ranks,
+        location=comm_view(evidence).location(ranks, _ERROR_TEXT),
+        confidence=confidence,
+        evidence=ids(items)[:12],
+        fix=_FIX,
+        confirm="`cat /proc/PID/environ | tr '\\0' '\\n' | grep -E 'RANK|WORLD|MASTER'` on a rank "
+        "lacks the variable (or the job was started with plain python)",
+    )

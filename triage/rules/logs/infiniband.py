@@ -1,0 +1,152 @@
+"""comm.infiniband from logs: the InfiniBand/RoCE fabric or its configuration failed NCCL."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from triage.models import Finding
+from triage.registry import EvidenceSet, rule
+from triage.rules.logs._comm_view import CommView, comm_view, quote
+from triage.rules.logs._signals import Found, ids, ranks_of, strongest
+from triage.text import format_ranks
+
+_SETUP = re.compile(r"init_process_group|ProcessGroup|all_reduce|barrier|NCCL")
+
+_MEMLOCK_FIX = (
+    "Raise the locked-memory limit to unlimited for the job (`ulimit -l unlimited`; "
+    "`* soft/hard memlock unlimited` in /etc/security/limits.conf; "
+    "`--ulimit memlock=-1` for docker; LimitMEMLOCK=infinity for systemd/Slurm daemons)."
+)
+_QP_FIX = (
+    "Check the fabric between the hosts with `ibv_devinfo` (ports ACTIVE), `show_gids` and "
+    "perftest (`ib_write_bw`) using the same device and GID; set NCCL_IB_GID_INDEX to the "
+    "RoCE v2 GID (often 3), NCCL_IB_HCA to the connected HCAs, and try NCCL_CROSS_NIC=0 on "
+    "rail-optimised fabrics."
+)
+
+
+@rule("logs.infiniband", "comm.infiniband")
+def infiniband(evidence: EvidenceSet) -> Iterator[Finding]:
+    """An InfiniBand/RoCE verbs call, completion or port failed under NCCL.
+
+    What it detects:
+    `Call to ibv_reg_mr/ibv_create_qp/ibv_modify_qp failed ...`, `NET/IB : Got completion
+    from peer ... with error N` (12 = IBV_WC_RETRY_EXC_ERR, transport retries exceeded),
+    asynchronous device events (port error, fatal event), libibverbs' RLIMIT_MEMLOCK warning,
+    and a multi-host NCCL log over IB that stops during communicator setup.
+
+    Why it happens:
+    Memory registration needs locked memory (`ulimit -l`, often 64 KB in containers) and,
+    for GPU buffers, nvidia-peermem or DMA-BUF; queue pairs fail to reach RTR when the GID
+    index selects an address the other side cannot route (RoCE v1 vs v2, IPv6 link-local),
+    when NICs on different rails cannot talk, or when a port is down. Retry-exceeded
+    completions mean the remote NIC stopped answering: a link or switch fault, or the peer
+    process died.
+
+    Evidence:
+    The verbs call and errno, the completion status and the peer address, the HCA list NCCL
+    used (`NET/IB : Using ...`) and NCCL_IB_* overrides.
+
+    Fix:
+    For memlock: raise `ulimit -l` to unlimited. For QP/GID errors: verify with `ibv_devinfo`,
+    `show_gids` and `ib_write_bw`, set NCCL_IB_GID_INDEX / NCCL_IB_HCA, try NCCL_CROSS_NIC=0.
+    For retry-exceeded completions: check the named peer host's links (`ibstat`, switch
+    counters) and whether that rank's process died first. NCCL_IB_DISABLE=1 confirms by
+    falling back to sockets (slowly).
+
+    Known false positives:
+    A peer process that dies makes its partners' work requests fail with retry-exceeded or
+    flush errors; when another rank's own failure is visible, completion errors score low
+    and comm.peer_failure leads.
+
+    References:
+    NCCL troubleshooting guide ("InfiniBand", "RoCE", GID index); NCCL environment variables
+    NCCL_IB_HCA, NCCL_IB_GID_INDEX, NCCL_IB_DISABLE.
+    """
+    view = comm_view(evidence)
+    found = _findings(view)
+    if not found:
+        return
+    (confidence, what, items, fix), every = strongest(found)
+    ranks = ranks_of(s for _, s in items)
+    hcas = sorted({h for _, s in view.of("nccl.ib_devices") for h in s.fields.get("hcas", [])})
+    used = f" NCCL used {', '.join(hcas[:6])}." if hcas else ""
+    yield Finding(
+        title=what + (f" (rank {format_ranks(ranks)})" if ranks else ""),
+        summary=f"{what}: `{quote(items)}`.{used}",
+        ranks=ranks,
+        location=view.location(ranks, _SETUP),
+        confidence=confidence,
+        evidence=ids(every)[:8],
+        fix=fix,
+        confirm="NCCL_IB_DISABLE=1 (sockets) makes the job run, and `ib_write_bw` between the hosts fails",
+    )
+
+
+def _findings(view: CommView) -> list[Found]:
+    found: list[Found] = []
+    verbs = view.of("nccl.ib_verbs_failed")
+    memlock_warning = view.of("ib.memlock")
+    memlock = [(e, s) for e, s in verbs if s.fields.get("memlock")]
+    if memlock:
+        found.append(
+            (
+                0.85,
+                "RDMA memory registration failed: locked memory exhausted",
+                memlock,
+                _MEMLOCK_FIX,
+            )
+        )
+    elif verbs:
+        call = verbs[0][1].fields.get("call", "an ibverbs call")
+        reason = verbs[0][1].fields.get("reason")
+        found.append(
+            (
+                0.85 if memlock_warning and call == "ibv_reg_mr" else 0.8,
+                f"{call} failed" + (f" ({reason})" if reason else ""),
+                verbs,
+                _MEMLOCK_FIX
+                if call in ("ibv_reg_mr", "ibv_create_qp") and memlock_warning
+                else _QP_FIX,
+            )
+        )
+    if memlock_warning and not verbs:
+        found.append(
+            (0.6, "the locked-memory limit is too low for RDMA", memlock_warning, _MEMLOCK_FIX)
+        )
+    events = view.of("nccl.ib_async_event")
+    if events:
+        found.append((0.8, "the InfiniBand device reported a fault", events, _QP_FIX))
+    completions = view.of("nccl.ib_completion_error")
+    if completions:
+        status = completions[0][1].fields.get("status")
+        name = completions[0][1].fields.get("status_name") or f"status {status}"
+        peers = sorted({str(s.fields["peer"]) for _, s in completions if s.fields.get("peer")})
+        toward = f" toward {', '.join(peers[:4])}" if peers else ""
+        if view.origins:
+            confidence = 0.4
+        elif status == 5:  # a flushed request follows an earlier error
+            confidence = 0.45
+        else:
+            confidence = 0.7
+        found.append(
+            (
+                confidence,
+                f"InfiniBand work requests completed with {name}{toward}",
+                completions,
+                "Check the links of the named peer hosts (`ibstat`, switch counters), then "
+                + _QP_FIX[0].lower()
+                + _QP_FIX[1:],
+            )
+        )
+    if view.multi_host and view.stalled_in_setup() and view.uses_ib():
+        found.append(
+            (
+                0.4,
+                "a multi-host NCCL job over InfiniBand stops during communicator setup",
+                view.of("nccl.ib_devices", "nccl.init"),
+                _QP_FIX,
+            )
+        )
+    return found

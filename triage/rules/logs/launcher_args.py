@@ -1,0 +1,140 @@
+"""config.launcher_args from logs: the launcher passes arguments the script does not accept,
+or the script wants arguments the launcher no longer passes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from triage.models import Finding, Location
+from triage.observations import LogSignal
+from triage.registry import EvidenceSet, rule
+from triage.rules.logs._signals import Signal, ids, ranks_of, signals
+from triage.text import format_ranks
+
+_ARGPARSE = (
+    "setup.unrecognized_arguments",
+    "setup.required_arguments",
+    "setup.hf_unused_arguments",
+)
+_FIX_EXTRA = (
+    "Accept what the launcher passes: `parser.add_argument('--local-rank', '--local_rank', "
+    "type=int, default=int(os.environ.get('LOCAL_RANK', 0)))` (torch>=2.0's launch passes the "
+    "dashed --local-rank=N), or launch with torchrun and read os.environ['LOCAL_RANK']."
+)
+_FIX_REQUIRED = (
+    "torchrun sets LOCAL_RANK in the environment instead of passing --local_rank: make the "
+    "argument optional with `default=int(os.environ.get('LOCAL_RANK', 0))`, or read "
+    "os.environ['LOCAL_RANK'] directly."
+)
+_FIX_OTHER = (
+    "Make the launch command and the script's argument parser agree: every argument after the "
+    "script name goes to the script, launcher options (--nproc-per-node, --master-port, ...) "
+    "go before it."
+)
+
+
+@rule("logs.launcher_args", "config.launcher_args")
+def launcher_args(evidence: EvidenceSet) -> Iterator[Finding]:
+    """The launcher and the script disagree on the script's command-line arguments.
+
+    What it detects:
+    argparse's `error: unrecognized arguments: --local-rank=0` (or `--local_rank=0`),
+    `error: the following arguments are required: --local_rank`, transformers'
+    `Some specified arguments are not used by the HfArgumentParser: [...]`; supported by
+    the `torch.distributed.launch is deprecated` warning and by every worker exiting with
+    code 2 (argparse's usage error) right away.
+
+    Why it happens:
+    `torch.distributed.launch` appends `--local-rank=N` to the script's argv (torch >= 2.0
+    spells it with a dash, older versions `--local_rank`); scripts written for the other
+    spelling, or for torchrun (which passes nothing and sets LOCAL_RANK instead), reject it
+    or miss it. Arguments meant for the launcher placed after the script name reach the
+    script instead.
+
+    Evidence:
+    The argparse error lines (the offending arguments, the script name), launcher exit
+    reports with exit code 2.
+
+    Fix:
+    Declare both spellings (`--local-rank`, `--local_rank`) with a default from
+    os.environ['LOCAL_RANK'], or switch to torchrun and read LOCAL_RANK from the
+    environment; put launcher options before the script name.
+
+    Known false positives:
+    An argparse error about the script's own options (a typo in the command) is a launch
+    error too, but not a launcher/script mismatch; it scores lower. Exit code 2 alone can
+    come from other causes (it scores low without the argparse text).
+
+    References:
+    torch.distributed.launch / torchrun docs ("Transitioning from torch.distributed.launch
+    to torchrun"); Python argparse.
+    """
+    parsed = signals(evidence, *_ARGPARSE)
+    deprecated = signals(evidence, "setup.launch_deprecated")
+    exits = [
+        (e, s)
+        for e, s in signals(evidence, "elastic.worker_failed", "elastic.child_failed")
+        if s.fields.get("exitcode") == 2
+    ]
+    if parsed:
+        launcher = [(e, s) for e, s in parsed if s.fields.get("launcher_flags")]
+        items = launcher or parsed
+        first = items[0][1]
+        flags = sorted({f for _, s in launcher for f in s.fields["launcher_flags"]})
+        required = first.signature == "setup.required_arguments"
+        if launcher:
+            confidence = 0.92
+            what = (
+                f"the script requires {', '.join(flags)}, which the launcher does not pass"
+                if required
+                else f"the script rejects the launcher's {', '.join(flags)}"
+            )
+            local_rank = any("local" in f for f in flags)
+            fix = _FIX_REQUIRED if required else _FIX_EXTRA if local_rank else _FIX_OTHER
+        else:
+            confidence = 0.65 if exits else 0.55
+            what = "argparse rejected the script's command line"
+            fix = _FIX_OTHER
+        every = items + exits + deprecated
+        ranks = ranks_of(s for _, s in items) or ranks_of(s for _, s in exits)
+        yield Finding(
+            title=what,
+            summary=f"`{first.text[:200]}`" + _exit_note(exits) + _launch_note(deprecated),
+            ranks=ranks,
+            location=_script(first),
+            confidence=confidence,
+            evidence=ids(every)[:12],
+            fix=fix,
+            confirm="the workers' stderr shows argparse's usage line and error before any training output",
+        )
+        return
+    if exits:
+        ranks = ranks_of(s for _, s in exits)
+        who = f"Rank {format_ranks(ranks)}" if ranks else "Workers"
+        yield Finding(
+            title="workers exited with code 2 (argparse's usage error)",
+            summary=f"{who} exited with code 2, the code argparse exits with when it rejects "
+            "the command line." + _launch_note(deprecated),
+            ranks=ranks,
+            confidence=0.55 if deprecated else 0.35,
+            evidence=ids(exits + deprecated)[:12],
+            fix=_FIX_EXTRA,
+            confirm="the workers' own stderr shows `error: unrecognized arguments` or a usage line",
+        )
+
+
+def _script(signal: LogSignal) -> Location | None:
+    prog = signal.fields.get("prog")
+    return Location(file=str(prog)) if prog else None
+
+
+def _exit_note(exits: list[Signal]) -> str:
+    return " Workers exited with code 2, argparse's usage error." if exits else ""
+
+
+def _launch_note(deprecated: list[Signal]) -> str:
+    return (
+        " The job uses torch.distributed.launch, which appends --local-rank=N to the script's arguments."
+        if deprecated
+        else ""
+    )

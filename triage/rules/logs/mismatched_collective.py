@@ -1,0 +1,165 @@
+"""hang.mismatched_collective from logs: ranks stand at different collectives."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+from triage.models import Finding, Location
+from triage.registry import EvidenceSet, rule
+from triage.rules.logs._hang_lines import Split, TraceSplit, hang_log, positions_text
+from triage.rules.logs._signals import ids, signals
+from triage.text import format_ranks
+
+# How much a disagreement in each source says: DETAIL fingerprints are checked by torch
+# itself; watchdog sequence numbers and opCounts can also lag for a moment on a slow rank.
+_TRUST = {"fingerprint": 0.85, "watchdog": 0.75, "opcount": 0.7}
+
+
+@rule("logs.mismatched_collective", "hang.mismatched_collective")
+def mismatched_collective(evidence: EvidenceSet) -> Iterator[Finding]:
+    """The logs put some ranks at another collective (op or sequence number) than the rest.
+
+    What it detects:
+    Per-rank positions that disagree: TORCH_DISTRIBUTED_DEBUG=DETAIL fingerprints
+    (`Running collective: CollectiveFingerPrint(SequenceNumber=N, OpType=...)`,
+    `Detected mismatch between collectives on ranks`), NCCL watchdog timeouts and
+    `last enqueued/completed NCCL work` counters, or NCCL COLL opCounts. The culprits are
+    the minority: the rank one collective behind or ahead, or the ranks whose op differs.
+
+    Why it happens:
+    A collective under a rank-dependent branch (`if rank == 0: dist.broadcast(...)`),
+    metrics or logging whose keys differ per rank (each key syncs), collectives issued in
+    a different order (dict/set iteration), or an exception handler that skips one.
+
+    Evidence:
+    The minority's fingerprint or timed-out work against the majority's, and its user
+    line from the rank's traceback; the source's rank-dependent `if` when readable.
+
+    Fix:
+    Every rank must issue the same collectives in the same order: move the collective
+    out of the rank-dependent branch, or make the branch and the synced keys identical.
+
+    Known false positives:
+    Logs cut at different moments per rank; a rank that only lags (it is then idle, and
+    hang.rank_not_in_collective scores higher). Gaps of whole steps are hang.uneven_inputs.
+
+    References:
+    torch.distributed docs, TORCH_DISTRIBUTED_DEBUG; ProcessGroupWrapper.
+    """
+    view = hang_log(evidence)
+    candidates = [s for s in view.splits if s.how in ("op", "seq")]
+    if candidates:
+        best = max(candidates, key=_confidence)
+        yield _finding(best, view.location(best.ranks), _confidence(best))
+        return
+    traced = view.traced
+    if traced is not None and traced.past_loop is None:
+        yield _from_tracebacks(traced)
+        return
+    yield from _from_reports(evidence)
+
+
+def _from_tracebacks(traced: TraceSplit) -> Finding:
+    culprit, rest = traced.culprit, traced.majority
+    decided = rest is not None
+    where = (
+        f"{culprit.label} in {culprit.where()}, while {rest.label} wait in {rest.where()}"
+        if rest is not None
+        else f"{traced.sides()}; the logs cannot tell which side is wrong"
+    )
+    because = f" {traced.branch}." if traced.branch else ""
+    confidence = (0.8 if traced.branch else 0.7) if decided else 0.6
+    return Finding(
+        title=f"{culprit.label} timed out in a different collective call than the other ranks",
+        summary=f"The timed-out collectives' tracebacks put {where}.{because}",
+        ranks=culprit.ranks,
+        location=culprit.location,
+        other_locations=[loc for loc in [rest.location if rest else None] if loc],
+        confidence=confidence,
+        evidence=culprit.evidence[:4] + (rest.evidence[:4] if rest else []),
+        fix=(
+            f"Every rank must issue the same collectives in the same order: the call at "
+            f"{culprit.location} runs on {culprit.label} only; move it out of the rank-dependent "
+            "branch, or make every rank run it."
+        ),
+        confirm=f"{culprit.label} logged the same number of steps as the others (not fewer)",
+    )
+
+
+def _confidence(split: Split) -> float:
+    confidence = _TRUST[split.ledger.source]
+    if split.gap is not None and split.gap >= 2:
+        confidence = 0.4
+    elif split.culprits_idle:
+        confidence = 0.45
+    if split.branch:
+        confidence += 0.05
+    return round(confidence * (1.0 if split.decided else 0.8), 3)
+
+
+def _finding(split: Split, location: Location | None, confidence: float) -> Finding:
+    culprits = format_ranks(split.ranks)
+    others = (
+        f", while {positions_text(split.majority)}"
+        if split.majority
+        else "; the logs cannot tell which side is wrong"
+    )
+    because = f" {split.branch}." if split.branch else ""
+    return Finding(
+        title=f"rank {culprits} entered a different collective than the other ranks",
+        summary=(
+            f"The {split.ledger.label} put {positions_text(split.culprits)}{others}.{because}"
+        ),
+        ranks=split.ranks,
+        location=location,
+        confidence=confidence,
+        evidence=split.evidence[:8],
+        fix=(
+            f"Every rank must issue the same collectives in the same order: find the call rank "
+            f"{culprits} makes (or skips) there, usually under a rank-dependent `if` or data- "
+            "or metric-dependent control flow, and make every rank run it."
+        ),
+        confirm=(
+            f"rank {culprits}'s stack or Flight Recorder entry is in another collective than "
+            "the others, not outside every collective"
+        ),
+    )
+
+
+def _from_reports(evidence: EvidenceSet) -> Iterator[Finding]:
+    """DETAIL's mismatch errors alone: the rank most reporters name is the odd one."""
+    reports = [
+        (e, s)
+        for e, s in signals(evidence, "hang.fingerprint_mismatch")
+        if "peer" in s.fields and _differs_in_order(s.fields.get("aspects", ""))
+    ]
+    if not reports:
+        return
+    named = Counter(int(s.fields["peer"]) for _, s in reports)
+    reporters = {int(s.fields["rank"]) for _, s in reports}
+    odd = [rank for rank, count in named.items() if count >= 2]
+    ranks = sorted(odd) if len(odd) == 1 else sorted(reporters | set(named))
+    first = reports[0][1].fields
+    yield Finding(
+        title=f"TORCH_DISTRIBUTED_DEBUG=DETAIL: rank {format_ranks(ranks)} ran a different collective",
+        summary=(
+            f"Rank {first['rank']} entered {first.get('op', 'a collective')}"
+            f"{' #' + str(first['seq']) if 'seq' in first else ''} while rank {first['peer']} "
+            f"entered another one{': ' + first['aspects'] if first.get('aspects') else ''}."
+        ),
+        ranks=ranks,
+        confidence=0.75 if len(odd) == 1 else 0.65,
+        evidence=ids(reports[:8]),
+        fix=(
+            "Every rank must issue the same collectives in the same order: compare the user "
+            "lines of the ranks' tracebacks and move the collective out of the branch that "
+            "only some ranks take."
+        ),
+        confirm="the ranks' tracebacks end at different collective calls",
+    )
+
+
+def _differs_in_order(aspects: str) -> bool:
+    """Shapes alone are hang.shape_mismatch; no aspects means the peer's fingerprint was partial."""
+    return not aspects or "Op type" in aspects or "Sequence number" in aspects

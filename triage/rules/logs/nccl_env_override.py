@@ -1,0 +1,109 @@
+"""comm.nccl_env_override from logs: NCCL_* settings that force a transport, topology or
+algorithm, present when communication fails."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from triage.models import Finding
+from triage.registry import EvidenceSet, rule
+from triage.rules.logs._comm_view import comm_view
+from triage.rules.logs._signals import ids
+
+#: Variables that take a decision away from NCCL's topology detection.
+FORCING = frozenset(
+    {
+        "NCCL_ALGO",
+        "NCCL_PROTO",
+        "NCCL_P2P_LEVEL",
+        "NCCL_P2P_DISABLE",
+        "NCCL_SHM_DISABLE",
+        "NCCL_IB_DISABLE",
+        "NCCL_NET",
+        "NCCL_NET_PLUGIN",
+        "NCCL_TOPO_FILE",
+        "NCCL_GRAPH_FILE",
+        "NCCL_SOCKET_IFNAME",
+        "NCCL_SOCKET_FAMILY",
+        "NCCL_IB_HCA",
+        "NCCL_IB_GID_INDEX",
+        "NCCL_NET_GDR_LEVEL",
+        "NCCL_NET_GDR_READ",
+        "NCCL_CROSS_NIC",
+        "NCCL_MIN_NCHANNELS",
+        "NCCL_MAX_NCHANNELS",
+        "NCCL_NVLS_ENABLE",
+        "NCCL_COLLNET_ENABLE",
+        "NCCL_CUMEM_ENABLE",
+    }
+)
+#: Overrides that replace NCCL's view of the machine or its choice of algorithm outright.
+_WHOLESALE = frozenset({"NCCL_TOPO_FILE", "NCCL_GRAPH_FILE", "NCCL_ALGO", "NCCL_PROTO"})
+
+
+@rule("logs.nccl_env_override", "comm.nccl_env_override")
+def nccl_env_override(evidence: EvidenceSet) -> Iterator[Finding]:
+    """NCCL_* variables forced a transport, topology or algorithm, and communication failed.
+
+    What it detects:
+    NCCL's `<VAR> set by environment to <value>` lines for variables that override its own
+    choices (NCCL_ALGO, NCCL_PROTO, NCCL_P2P_LEVEL/DISABLE, NCCL_SHM_DISABLE, NCCL_IB_DISABLE,
+    NCCL_NET, NCCL_TOPO_FILE, NCCL_GRAPH_FILE, NCCL_SOCKET_IFNAME, NCCL_IB_HCA, ...) in a log
+    that also shows a communication failure or a stall in setup. Alone they are not a
+    finding: tuned clusters set many of them on purpose.
+
+    Why it happens:
+    Settings copied from another cluster's launch script or a vendor container describe
+    hardware this job does not run on: a topology or graph file for another machine, an
+    algorithm or protocol the topology cannot serve, a transport disabled on the only path
+    between two GPUs, an HCA or interface that does not exist here.
+
+    Evidence:
+    The override lines NCCL echoed, next to the failure.
+
+    Fix:
+    Unset the overrides and let NCCL detect the topology; if the job then runs, re-add them
+    one by one. Keep site-specific NCCL settings in the cluster's environment, not in the
+    training script.
+
+    Known false positives:
+    Overrides that are right for the cluster while the failure has another cause: this is a
+    hypothesis to test by unsetting them, ranked below any rule that names the failure
+    itself.
+
+    References:
+    NCCL environment variables documentation.
+    """
+    view = comm_view(evidence)
+    forced = [
+        (e, s) for e, s in view.of("nccl.env_override") if s.fields.get("variable") in FORCING
+    ]
+    if not forced:
+        return
+    failing = bool(view.comm_failures())
+    stalled = view.stalled_in_setup()
+    if not failing and not stalled:
+        return
+    settings = sorted({f"{s.fields['variable']}={s.fields.get('value', '')}" for _, s in forced})
+    wholesale = any(s.fields.get("variable") in _WHOLESALE for _, s in forced)
+    confidence = 0.4 if stalled and not failing else 0.5 if wholesale else 0.45
+    shown = ", ".join(settings[:6]) + (
+        f" and {len(settings) - 6} more" if len(settings) > 6 else ""
+    )
+    yield Finding(
+        title=f"NCCL settings forced by the environment: {shown}",
+        summary=(
+            f"The environment overrides NCCL's own choices ({shown}) and communication "
+            + ("stalls during setup." if stalled and not failing else "fails.")
+            + " Settings copied from another machine often do not fit this one."
+        ),
+        ranks=[],
+        confidence=confidence,
+        evidence=ids(forced)[:8],
+        fix=(
+            f"Unset {', '.join(sorted({str(s.fields['variable']) for _, s in forced})[:6])} "
+            "and rerun; if the job then works, re-add them one at a time to find the one that "
+            "does not fit this hardware."
+        ),
+        confirm="the job runs with the NCCL_* overrides unset",
+    )

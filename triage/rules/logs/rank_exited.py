@@ -1,0 +1,133 @@
+"""hang.rank_exited from logs: a rank died while its peers waited for it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from triage.models import Finding
+from triage.registry import EvidenceSet, rule
+from triage.rules.logs._hang_lines import HangLog, hang_log
+from triage.text import format_ranks
+
+# The NCCL watchdog aborts timed-out ranks with SIGABRT (-6) and the launcher stops the
+# survivors with SIGTERM (-15): victims of the hang show these too.
+_TEARDOWN = (-6, -15)
+
+
+@dataclass
+class _Death:
+    rank: int | None
+    local_rank: int | None
+    how: str
+    confidence: float
+    evidence: str
+
+
+@rule("logs.rank_exited", "hang.rank_exited")
+def rank_exited(evidence: EvidenceSet) -> Iterator[Finding]:
+    """A rank died while the others waited in a collective for it.
+
+    What it detects:
+    The launcher's failure report names a rank (torchelastic `rank: N (local_rank: M)
+    exitcode: X`, or `failed (exitcode: X) local_rank: M`) or a rank's own traceback ends
+    in an error of its own, while other ranks time out or monitoredBarrier waits for it.
+    Ranks that timed out themselves are victims, not culprits, whatever their exit code.
+
+    Why it happens:
+    The rank crashed (an exception, a segfault), was killed (the host OOM killer's
+    SIGKILL, a scheduler), or returned early. On NCCL its peers wait until the watchdog
+    timeout and then abort with SIGABRT (-6).
+
+    Evidence:
+    Launcher report lines (exit code, signal, first observed failure), the rank's own
+    traceback, and the timeouts on the other ranks.
+
+    Fix:
+    Fix the dead rank's own error: its traceback or exit code (-9/SIGKILL: the host OOM
+    killer, `dmesg`); the waiting ranks are victims.
+
+    Known false positives:
+    A report that lists only the timed-out ranks' aborts, with the dead rank's log missing,
+    gives no culprit; a local rank on a multi-node job is not a global rank.
+
+    References:
+    torch.distributed.elastic error files (@record); `dmesg | grep -i oom`.
+    """
+    view = hang_log(evidence)
+    if not view.waiting and not view.barrier_missing:
+        return
+    deaths = _deaths(view)
+    if not deaths:
+        return
+    top = max(d.confidence for d in deaths)
+    chosen = [d for d in deaths if d.confidence == top]
+    ranks = sorted({d.rank for d in chosen if d.rank is not None})
+    who = (
+        f"rank {format_ranks(ranks)}"
+        if ranks
+        else f"local rank {format_ranks(sorted({d.local_rank for d in chosen if d.local_rank is not None}))}"
+    )
+    waiting = sorted(view.waiting)
+    yield Finding(
+        title=f"{who} exited while its peers waited in a collective",
+        summary=(
+            f"{who.capitalize()} {chosen[0].how}, while rank {format_ranks(waiting)} "
+            "waited for it in a collective and timed out."
+        ),
+        ranks=ranks,
+        location=view.location(ranks),
+        other_locations=[loc for loc in [view.location(sorted(view.waiting))] if loc],
+        confidence=top,
+        evidence=[d.evidence for d in chosen][:4]
+        + [i for ids in view.waiting.values() for i in ids][:4],
+        fix=(
+            f"Find why {who} died: its own traceback or exit code (-9/SIGKILL is usually the "
+            "host OOM killer: check `dmesg`); the ranks that timed out are victims."
+        ),
+        confirm=f"{who}'s log ends in its own error or the launcher reports its exit first",
+    )
+
+
+def _deaths(view: HangLog) -> list[_Death]:
+    out: list[_Death] = []
+    named_by_rank = any(s.signature == "elastic.child_failed" for _, s in view.launcher)
+    for item, sig in view.launcher:
+        f = sig.fields
+        code = f.get("exitcode")
+        if sig.signature == "elastic.child_failed" and sig.rank is not None:
+            if sig.rank in view.waiting:
+                continue
+            signal = f" ({f['signal']})" if f.get("signal") else ""
+            confidence = _exit_confidence(view, sig.rank, code)
+            if f.get("first") and confidence >= 0.5:
+                confidence += 0.05
+            if sig.rank in view.barrier_missing:
+                confidence = max(confidence, 0.9)
+            how = f"exited with code {code}{signal}"
+            out.append(_Death(sig.rank, f.get("local_rank"), how, confidence, item.id))
+        elif sig.signature == "elastic.worker_failed" and not named_by_rank:
+            if isinstance(code, int) and code in _TEARDOWN:
+                continue
+            how = f"exited with code {code}"
+            out.append(_Death(None, f.get("local_rank"), how, 0.5, item.id))
+    for rank, (item, record) in view.own_errors.items():
+        if rank in view.waiting:
+            continue
+        where = (
+            f" at {record.user_frame.file}:{record.user_frame.line}" if record.user_frame else ""
+        )
+        message = f": {record.message[:160]}" if record.message else ""
+        how = f"raised {record.exception}{message}{where}"
+        out.append(_Death(rank, record.local_rank, how, 0.55, item.id))
+    return out
+
+
+def _exit_confidence(view: HangLog, rank: int, code: object) -> float:
+    """How surely an exit made the others wait: a kill signal is never the watchdog's doing;
+    an exit code of a rank whose log is missing may be a timeout the log would have shown."""
+    if not isinstance(code, int) or code in _TEARDOWN:
+        return 0.3
+    if code < 0 or rank in view.own_errors:
+        return 0.85
+    return 0.7 if rank in view.present else 0.45

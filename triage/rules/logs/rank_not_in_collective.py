@@ -1,0 +1,250 @@
+"""hang.rank_not_in_collective from logs: the others time out, this rank was busy elsewhere."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from triage.models import Finding, Location
+from triage.observations import Frame, RankActivity
+from triage.readers.stacks import is_user_code
+from triage.registry import EvidenceSet, rule
+from triage.rules.logs._hang_lines import HangLog, hang_log
+from triage.rules.logs._signals import signals
+from triage.text import format_ranks
+
+# Code paths that typically run on one rank and issue collectives of their own.
+_BUSY = re.compile(r"(?i)(?:^|[_.])(save|checkpoint|ckpt|eval|validat|predict|inference)")
+
+
+@dataclass
+class _Case:
+    ranks: list[int]
+    confidence: float
+    why: str
+    evidence: list[str] = field(default_factory=list)
+    location: Location | None = None
+    title: str = ""
+
+
+@rule("logs.rank_not_in_collective", "hang.rank_not_in_collective")
+def rank_not_in_collective(evidence: EvidenceSet) -> Iterator[Finding]:
+    """The ranks that time out wait in a collective that another rank never entered.
+
+    What it detects:
+    A rank the others wait for that the logs show elsewhere: monitoredBarrier names it
+    (`Ranks 1, 3 failed to pass monitoredBarrier`), its stack dump is outside any
+    collective, its NCCL work counters stop one collective short with nothing in flight,
+    or it logs but reports no timeout of its own (often only a closed connection later,
+    when its peers were gone). A lone stack dump in checkpoint, save or evaluation code is
+    a weaker hint of the classic rank-0-only call.
+
+    Why it happens:
+    Rank-dependent work before a collective: evaluation, logging or checkpointing on rank
+    0 only (which often issues collectives of its own), a slow or stuck DataLoader, I/O on
+    a slow filesystem, a `breakpoint()`. The others wait until the timeout.
+
+    Evidence:
+    Timeouts on the waiting ranks; for the culprit, the barrier report, its dump or
+    traceback frames, its work counters.
+
+    Fix:
+    Make the culprit reach the collective: run the rank-0-only work on every rank or after
+    the collective, fix the stuck loader or I/O, or raise the process-group timeout when
+    the work is legitimately long.
+
+    Known false positives:
+    A rank whose log was cut early looks like one that reported nothing; a merely slow
+    rank looks the same in one snapshot. A lone dump in checkpoint code may be a rank
+    that waits in a collective the others skipped (hang.mismatched_collective).
+
+    References:
+    torch.distributed.monitored_barrier; torch.distributed docs, "Debugging".
+    """
+    view = hang_log(evidence)
+    dead = {s.rank for _, s in view.launcher if s.rank is not None} | set(view.own_errors)
+    cases = [
+        *_barrier(view, dead),
+        *_stacks(view),
+        *_idle(view),
+        *_quiet(evidence, view, dead),
+        *_lone_dump(view),
+    ]
+    if not cases:
+        return
+    best = max(cases, key=lambda c: c.confidence)
+    who = f"rank {format_ranks(best.ranks)}" if best.ranks else "the dumped rank"
+    yield Finding(
+        title=best.title or f"{who} did not reach the collective its peers wait in",
+        summary=best.why,
+        ranks=best.ranks,
+        location=best.location or view.location(best.ranks),
+        other_locations=[
+            loc for loc in [view.location(sorted(view.waiting))] if loc and best.ranks
+        ],
+        confidence=best.confidence,
+        evidence=best.evidence[:8],
+        fix=(
+            f"Make {who} reach the collective: move rank-dependent work (evaluation, "
+            "logging, checkpointing) after the collective or run it on every rank, fix a stuck "
+            "DataLoader or slow I/O, or raise the process-group timeout when the work is "
+            "legitimately long."
+        ),
+        confirm=(
+            f"{who}'s stack (py-spy) while hung is outside any collective, not in a "
+            "different collective and not exited"
+        ),
+    )
+
+
+def _waiting_text(view: HangLog) -> str:
+    return f"rank {format_ranks(sorted(view.waiting))}" if view.waiting else "the other ranks"
+
+
+def _barrier(view: HangLog, dead: set[int]) -> list[_Case]:
+    missing = sorted(set(view.barrier_missing) - dead)
+    if not missing:
+        return []
+    ids = [i for r in missing for i in view.barrier_missing[r]]
+    return [
+        _Case(
+            missing,
+            0.8,
+            f"Rank 0's monitoredBarrier gave up waiting for rank {format_ranks(missing)}, "
+            "which never arrived, while the other ranks did: "
+            f"rank {format_ranks(missing)} was not in the collective.",
+            ids,
+        )
+    ]
+
+
+def _stacks(view: HangLog) -> list[_Case]:
+    if not view.waiting:
+        return []
+    out = []
+    for item, state in view.stacks:
+        if (
+            state.rank is None
+            or state.rank in view.waiting
+            or state.activity.waits_on_peers
+            or state.activity is RankActivity.exiting
+        ):
+            continue
+        at = f" at {state.user_frame.location()}" if state.user_frame else ""
+        out.append(
+            _Case(
+                [state.rank],
+                0.75,
+                f"{_waiting_text(view).capitalize()} timed out in a collective while rank "
+                f"{state.rank}'s stack shows it {state.describe()}{at}, outside any collective.",
+                [item.id, *next(iter(view.waiting.values()))[:2]],
+                state.user_frame.location() if state.user_frame else None,
+            )
+        )
+    return out
+
+
+def _idle(view: HangLog) -> list[_Case]:
+    out = []
+    for split in view.splits:
+        if split.ledger.source != "watchdog" or not split.culprits_idle or not split.decided:
+            continue
+        done = min(p.seq for p in split.culprits if p.seq is not None)
+        out.append(
+            _Case(
+                split.ranks,
+                0.65,
+                f"Rank {format_ranks(split.ranks)} had completed NCCL work #{done} and enqueued "
+                f"nothing after it, while rank {format_ranks(sorted(p.rank for p in split.majority))} "
+                f"wait in work #{split.majority[0].seq}: it never issued that collective.",
+                split.evidence,
+            )
+        )
+    return out
+
+
+def _quiet(evidence: EvidenceSet, view: HangLog, dead: set[int]) -> list[_Case]:
+    """Ranks that log but report no timeout while others time out."""
+    if not view.waiting:
+        return []
+    quiet = sorted(view.present - set(view.waiting) - dead - set(view.barrier_missing))
+    if not quiet:
+        return []
+    peer_errors = {s.rank for _, s in signals(evidence) if s.peer_symptom and s.rank is not None}
+    observed = {s.rank for _, s in signals(evidence, "hang.dump_signal_observed")}
+    out = []
+    for rank in quiet:
+        busy = _busy_frame_of(view, rank)
+        if busy is not None:
+            frame, item_id = busy
+            confidence = 0.65
+            why = (
+                f"{_waiting_text(view).capitalize()} timed out in a collective while rank {rank} "
+                f"was in {frame.function} ({frame.file}:{frame.line}), checkpoint or evaluation "
+                "code, and reported no timeout itself."
+            )
+            ids, location = [item_id], frame.location()
+        else:
+            late, told = rank in peer_errors, rank in observed
+            confidence = 0.55 if late else 0.45 if told else 0.4
+            how = (
+                ", only a lost connection later, when its peers were already gone"
+                if late
+                else ", only the dump signal of a rank that did"
+                if told
+                else ""
+            )
+            why = (
+                f"{_waiting_text(view).capitalize()} timed out in a collective; rank {rank} "
+                f"reported no timeout of its own{how}: it was not in the collective."
+            )
+            ids, location = [], None
+        waiting_ids = [i for r in sorted(view.waiting) for i in view.waiting[r][:1]]
+        out.append(_Case([rank], confidence, why, ids + waiting_ids, location))
+    return out
+
+
+def _busy_frame_of(view: HangLog, rank: int) -> tuple[Frame, str] | None:
+    for item, record in reversed(view.dumps):
+        if record.rank == rank and (frame := busy_frame(record.frames)) is not None:
+            return frame, item.id
+    return None
+
+
+def _lone_dump(view: HangLog) -> list[_Case]:
+    """One process's dump, in checkpoint/save/evaluation code: the classic rank-0-only call."""
+    owners = {
+        (r.rank, r.pid, r.path if r.rank is None and r.pid is None else "") for _, r in view.dumps
+    }
+    busy = [(item, r, f) for item, r in view.dumps if (f := busy_frame(r.frames)) is not None]
+    if len(owners) != 1 or not busy:
+        return []
+    item, record, frame = busy[0]
+    who = f"rank {record.rank}" if record.rank is not None else "the dumped rank"
+    return [
+        _Case(
+            [record.rank] if record.rank is not None else [],
+            0.45,
+            f"The only stack dump shows {who} in {frame.function} ({frame.file}:{frame.line}), "
+            "checkpoint, save or evaluation code. Such code often runs on one rank only and "
+            "issues collectives of its own, so the ranks part ways there; this is a hint, not "
+            "a proof: dump every rank to confirm.",
+            [item.id],
+            frame.location(),
+            f"{who} sits in {frame.function}, where one-rank-only calls part the ranks",
+        )
+    ]
+
+
+def busy_frame(frames: Sequence[Frame]) -> Frame | None:
+    """The call into checkpoint/save/evaluation code: the outermost frame of the innermost run
+    of such frames (user code preferred), e.g. the trainer's `_save_checkpoint`."""
+    run: list[Frame] = []
+    for frame in frames:
+        if _BUSY.search(frame.function):
+            run.append(frame)
+        elif run:
+            break
+    user = [f for f in run if is_user_code(f.file)] or run
+    return user[-1] if user else None

@@ -1,0 +1,183 @@
+"""comm.rendezvous from logs: the rendezvous store cannot be served or reached."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from triage.models import Finding
+from triage.registry import EvidenceSet, rule
+from triage.rules.logs._comm_view import CommView, comm_view, quote
+from triage.rules.logs._signals import Found, Signal, ids, ranks_of, strongest
+from triage.text import format_ranks
+
+_SETUP = re.compile(
+    r"init_process_group|TCPStore|rendezvous|Rendezvous|DistNetworkError|DistStoreError|store"
+)
+#: A socket error of torch's store or rendezvous, not of user code (an HTTP client, a
+#: metrics server) or of NCCL's own sockets.
+_STORE_LINE = re.compile(
+    r"c10d|TCPStore|socket\.cpp|DistNetworkError|DistStoreError|Rendezvous|EADDRINUSE|"
+    r"failed to (?:bind|listen)|^RuntimeError: (?:Address already in use|Connection refused|"
+    r"Network is unreachable|No route to host)"
+)
+_DISTRIBUTED = re.compile(r"(^|/)torch/distributed/")
+_PORT_FIX = (
+    "Another process holds the port: a previous run still alive or a second job on the "
+    "host. Stop it (`ss -ltnp | grep :PORT`), or give each job its own port (MASTER_PORT, "
+    "`--rdzv-endpoint host:0` / `--standalone` picks a free one)."
+)
+_REACH_FIX = (
+    "Make MASTER_ADDR/MASTER_PORT (or --rdzv-endpoint) point at the host that runs rank 0 / "
+    "the store, reachable from every node: the same value on all nodes, a resolvable name or "
+    "an IP on the data network, the port open in the firewall, and the store started "
+    "(node 0 launched) before the others time out."
+)
+
+
+@rule("logs.rendezvous", "comm.rendezvous")
+def rendezvous(evidence: EvidenceSet) -> Iterator[Finding]:
+    """The rendezvous/TCPStore port is taken, unreachable, unresolvable, or nodes never join.
+
+    What it detects:
+    The store's server socket failing to bind or listen (`Address already in use`,
+    EADDRINUSE), clients timing out or being refused while connecting to (MASTER_ADDR,
+    MASTER_PORT), hostnames that do not resolve (`Name or service not known`, gai errors),
+    `Timed out after N seconds waiting for clients. X/Y clients joined`,
+    RendezvousTimeoutError / RendezvousConnectionError, DistStoreError.
+
+    Why it happens:
+    A second job (or a stale one) on the same host uses the default port 29500/29400;
+    MASTER_ADDR names a host that is down, unresolvable from the workers, or the address of
+    another interface; a firewall drops the port; some nodes were never launched or started
+    after the rendezvous timeout.
+
+    Evidence:
+    The store/rendezvous lines with the host, port, errno and join counts.
+
+    Fix:
+    Port in use: stop the old job or choose another port (`--rdzv-endpoint host:0`,
+    `--standalone`, a per-job MASTER_PORT). Unreachable: fix MASTER_ADDR/PORT on every node,
+    DNS or /etc/hosts, the firewall; launch all nodes within the rendezvous timeout.
+
+    Known false positives:
+    When the rank hosting the store dies, clients see refused connections; with another
+    rank's own failure visible those score low and comm.peer_failure leads. torch's warning
+    `failed to connect to [localhost]:PORT (errno: 99 ...)` is IPv6 noise and is ignored.
+
+    References:
+    torchrun docs (rendezvous, --rdzv-endpoint, --standalone); torch.distributed TCPStore.
+    """
+    view = comm_view(evidence)
+    found = _findings(view)
+    if not found:
+        return
+    (confidence, what, items, fix), every = strongest(found)
+    ranks = ranks_of(s for _, s in items)
+    who = f" (rank {format_ranks(ranks)})" if ranks else ""
+    yield Finding(
+        title=what + who,
+        summary=f"{what}: `{quote(items)}`.",
+        ranks=ranks,
+        location=view.location(ranks, _SETUP),
+        confidence=confidence,
+        evidence=ids(every)[:8] + view.traceback_ids(ranks, _SETUP),
+        fix=fix,
+        confirm=(
+            "`ss -ltnp` on the store host shows the port held by another process"
+            if fix is _PORT_FIX
+            else "`nc -zv MASTER_ADDR MASTER_PORT` from a worker host fails"
+        ),
+    )
+
+
+def _findings(view: CommView) -> list[Found]:
+    found: list[Found] = []
+    in_use = [
+        (e, s)
+        for e, s in view.of("c10d.bind_failed", "c10d.listen_failed", "c10d.address_in_use")
+        if (s.signature != "c10d.bind_failed" or s.fields.get("errno") == "98")
+        and _STORE_LINE.search(s.text)
+    ]
+    if any(s.signature != "c10d.listen_failed" or s.fields for _, s in in_use):
+        port = next((s.fields["port"] for _, s in in_use if s.fields.get("port")), None)
+        on = f" {port}" if port else ""
+        found.append((0.9, f"the rendezvous port{on} is already in use", in_use, _PORT_FIX))
+    elif in_use:  # a bare "failed to listen" without the reason
+        found.append((0.75, "the rendezvous store could not listen on its port", in_use, _PORT_FIX))
+    unreached = view.of("c10d.client_timeout", "c10d.store_connect") + [
+        (e, s)
+        for e, s in view.of("c10d.connect_failed")
+        if not s.fields.get("noise") and s.fields.get("errno") != "97"
+    ]
+    every_name = view.of("c10d.name_resolution")
+    names = [
+        (e, s)
+        for e, s in every_name
+        if s.fields.get("family") != "IPv6"
+        and (_STORE_LINE.search(s.text) or _raised_by_distributed(view, s.text))
+    ]
+    if names or (every_name and unreached):
+        host = next((s.fields["host"] for _, s in every_name if s.fields.get("host")), None)
+        what = (
+            f"the rendezvous host {host} does not resolve"
+            if host
+            else "a hostname does not resolve"
+        )
+        found.append((0.85, what, names or every_name, _REACH_FIX))
+    if unreached:
+        host = next((s.fields["host"] for _, s in unreached if s.fields.get("host")), None)
+        at = f" at {host}" if host else ""
+        confidence = 0.55 if view.origins and not _own_failure(view, unreached) else 0.8
+        found.append(
+            (confidence, f"clients cannot reach the rendezvous store{at}", unreached, _REACH_FIX)
+        )
+    joined = view.of("c10d.clients_timeout")
+    if joined:
+        fields = joined[0][1].fields
+        what = (
+            f"only {fields.get('joined')}/{fields.get('expected')} clients reached the store "
+            "before its timeout"
+        )
+        found.append((0.75, what, joined, _REACH_FIX))
+    elastic = view.of("c10d.rendezvous_timeout", "c10d.rendezvous_connection")
+    if elastic:
+        name = (
+            "timed out"
+            if elastic[0][1].signature == "c10d.rendezvous_timeout"
+            else "could not connect"
+        )
+        found.append((0.75, f"torchelastic's rendezvous {name}", elastic, _REACH_FIX))
+    store = view.of("c10d.store_error")
+    if store and not joined:
+        found.append((0.4 if view.origins else 0.55, "a store operation failed", store, _REACH_FIX))
+    refused = [
+        (e, s)
+        for e, s in view.of("c10d.connection_refused", "c10d.unreachable")
+        if s.host is None and _STORE_LINE.search(s.text)
+    ]
+    if refused and not unreached and not view.has("nccl.connect_failed", "gloo.connect_failed"):
+        found.append(
+            (
+                0.4 if view.origins else 0.6,
+                "a connection to the store was refused or unroutable",
+                refused,
+                _REACH_FIX,
+            )
+        )
+    return found
+
+
+def _raised_by_distributed(view: CommView, line: str) -> bool:
+    """Whether a traceback with this message came out of torch.distributed (its launcher or
+    rendezvous resolving MASTER_ADDR), not out of user code's own networking."""
+    return any(
+        t.message and t.message in line and any(_DISTRIBUTED.search(f.file) for f in t.frames)
+        for _, t in view.errors()
+    )
+
+
+def _own_failure(view: CommView, items: list[Signal]) -> bool:
+    """Whether the ranks that cannot reach the store are the ones whose failure came first."""
+    origin_ranks = {o.rank for o in view.origins}
+    return any(s.rank in origin_ranks for _, s in items)

@@ -1,0 +1,77 @@
+"""hang.shape_mismatch from logs: the same collective, different sizes or dtypes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from triage.models import Finding
+from triage.registry import EvidenceSet, rule
+from triage.rules.logs._hang_lines import Split, hang_log, positions_text
+from triage.text import format_ranks
+
+_TRUST = {"fingerprint": 0.88, "watchdog": 0.75, "opcount": 0.7}
+
+
+@rule("logs.shape_mismatch", "hang.shape_mismatch")
+def shape_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
+    """Ranks are in the same collective (number and op) with different tensor sizes.
+
+    What it detects:
+    TORCH_DISTRIBUTED_DEBUG=DETAIL fingerprints with equal SequenceNumber and OpType but
+    different TensorShape or TensorDtypes (`Collectives differ in the following aspects:
+    Tensor Tensor shapes: 4vs 5`), NCCL watchdog timeouts of one work with different
+    NumelIn, or NCCL COLL lines of one opCount with different count or datatype.
+
+    Why it happens:
+    A tensor whose size depends on the rank's data: the last uneven batch, variable-length
+    sequences or predictions gathered with all_gather, a dtype that differs (AMP on one
+    rank), or a parameter list that differs across ranks. NCCL may hang or corrupt memory;
+    gloo and DETAIL raise.
+
+    Evidence:
+    The minority's size against the majority's at the same collective, and the rank's
+    user line from its traceback.
+
+    Fix:
+    Give the collective the same shape and dtype on every rank: pad to a common size
+    (exchange sizes first), use all_gather_object for ragged data, or all_to_all_single
+    with explicit split sizes.
+
+    Known false positives:
+    all_to_all and point-to-point ops may differ in size by design; they are not compared.
+
+    References:
+    torch.distributed.all_gather_object; TORCH_DISTRIBUTED_DEBUG=DETAIL.
+    """
+    view = hang_log(evidence)
+    candidates = [s for s in view.splits if s.how == "shape"]
+    if not candidates:
+        return
+    best = max(candidates, key=_confidence)
+    culprits = format_ranks(best.ranks)
+    others = (
+        f", while {positions_text(best.majority)}"
+        if best.majority
+        else "; the logs cannot tell which size is wrong"
+    )
+    yield Finding(
+        title=f"rank {culprits} passed a different tensor size to the same collective",
+        summary=f"The {best.ledger.label} put {positions_text(best.culprits)}{others}.",
+        ranks=best.ranks,
+        location=view.location(best.ranks),
+        other_locations=[
+            loc for loc in [view.location(p.rank for p in best.majority)] if loc is not None
+        ],
+        confidence=_confidence(best),
+        evidence=best.evidence[:8],
+        fix=(
+            f"Make the tensor rank {culprits} passes the same shape and dtype as on the other "
+            "ranks: pad to a common size after exchanging sizes, or use all_gather_object for "
+            "ragged data."
+        ),
+        confirm=f"rank {culprits}'s tensor at that call has another shape than the others'",
+    )
+
+
+def _confidence(split: Split) -> float:
+    return round(_TRUST[split.ledger.source] * (1.0 if split.decided else 0.85), 3)

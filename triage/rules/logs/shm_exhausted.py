@@ -1,0 +1,124 @@
+"""comm.shm_exhausted from logs: /dev/shm is too small or missing for NCCL or DataLoader."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from triage.models import Finding
+from triage.registry import EvidenceSet, rule
+from triage.rules.logs._comm_view import comm_view, quote
+from triage.rules.logs._signals import Found, ids, ranks_of, strongest
+from triage.text import rank_label
+
+_NO_SPACE = re.compile(r"No space left|shm\)|Bus error|bus error|out of shared memory")
+_FD_LIMIT = re.compile(r"Too many open files")
+_SHM_TEXT = re.compile(r"shared memory|/dev/shm|shm|init_process_group|all_reduce|barrier")
+_FIX = (
+    "Enlarge /dev/shm (docker --shm-size=16g or --ipc=host; a Memory emptyDir at /dev/shm on "
+    "Kubernetes) and clear stale /dev/shm/nccl-* files; NCCL_SHM_DISABLE=1 works around it for "
+    "NCCL, fewer DataLoader workers for data loading."
+)
+_FIX_FD = (
+    "Raise the open-file limit (`ulimit -n`) or use "
+    '`torch.multiprocessing.set_sharing_strategy("file_system")`.'
+)
+
+
+@rule("logs.shm_exhausted", "comm.shm_exhausted")
+def shm_exhausted(evidence: EvidenceSet) -> Iterator[Finding]:
+    """Shared memory (/dev/shm) ran out or is unavailable to NCCL or DataLoader workers.
+
+    What it detects:
+    NCCL's `Call to posix_fallocate failed` / `failed to extend /dev/shm/nccl-* to N bytes` /
+    `Error while creating shared memory segment ... No space left on device`; torch's
+    `unable to write to file </torch_...>: No space left on device`; DataLoader's
+    `Unexpected bus error ... insufficient shared memory (shm)` and workers killed by a bus
+    error; a rank killed by SIGBUS.
+
+    Why it happens:
+    NCCL's SHM transport between local GPUs and DataLoader workers passing batches both
+    allocate in /dev/shm. Docker gives containers 64 MB by default and Kubernetes pods get
+    no /dev/shm volume unless one is mounted; segments leaked by a killed job also fill it.
+    NCCL segments are several MB per channel and peer, so 64 MB runs out at a few GPUs.
+
+    Evidence:
+    The failing call and its size; the ranks that report it.
+
+    Fix:
+    Give the container a larger /dev/shm: `docker run --shm-size=16g` (or `--ipc=host`), or
+    a `medium: Memory` emptyDir mounted at /dev/shm in Kubernetes; remove stale
+    /dev/shm/nccl-* and /dev/shm/torch_* files. Workarounds: NCCL_SHM_DISABLE=1 (NCCL uses
+    P2P or the network instead), fewer DataLoader workers, or
+    `torch.multiprocessing.set_sharing_strategy("file_system")`.
+
+    Known false positives:
+    A SIGBUS alone can come from other mmap failures; that case scores low.
+    `Error while attaching to shared memory segment` without an out-of-space reason can mean
+    the ranks run in containers that do not share /dev/shm (it is still a /dev/shm problem).
+
+    References:
+    NCCL troubleshooting guide, "Docker" and "Shared memory" sections; PyTorch DataLoader
+    docs on shared memory and `--shm-size`.
+    """
+    view = comm_view(evidence)
+    nccl = view.of("nccl.shm_failed", "shm.no_space")
+    files = view.of("shm.torch_file")
+    workers = view.of("shm.dataloader_bus_error")
+    sigbus = [
+        (e, s)
+        for e, s in view.of("elastic.child_failed", "elastic.process_signal")
+        if s.fields.get("signal") == "SIGBUS"
+    ]
+    found: list[Found] = []
+    if nccl:
+        attach_only = all(
+            s.fields.get("op") == "attaching to" and not _NO_SPACE.search(s.text) for _, s in nccl
+        )
+        found.append(
+            (
+                0.7 if attach_only else 0.9,
+                "NCCL could not create its shared-memory segment",
+                nccl,
+                _FIX,
+            )
+        )
+    if workers:
+        found.append((0.85, "DataLoader workers died of a bus error in /dev/shm", workers, _FIX))
+    if files:
+        no_space = [(e, s) for e, s in files if _NO_SPACE.search(s.text)]
+        fd_limit = [(e, s) for e, s in files if _FD_LIMIT.search(s.text)]
+        if no_space:
+            found.append(
+                (0.85, "torch could not write a shared-memory tensor file", no_space, _FIX)
+            )
+        elif fd_limit:
+            found.append(
+                (
+                    0.5,
+                    "torch ran out of file descriptors for shared-memory tensors",
+                    fd_limit,
+                    _FIX_FD,
+                )
+            )
+        else:
+            found.append((0.6, "torch could not map a shared-memory tensor file", files, _FIX))
+    if sigbus and not found:
+        found.append(
+            (0.5, "a rank was killed by SIGBUS (an mmap of /dev/shm past its size)", sigbus, _FIX)
+        )
+    if not found:
+        return
+    (confidence, what, items, fix), every = strongest(found)
+    ranks = ranks_of(s for _, s in every)
+    who = rank_label(ranks) if ranks else "the job"
+    yield Finding(
+        title=f"{what} ({who})",
+        summary=f"{what}: `{quote(items)}`. /dev/shm is full or too small on {who}'s host.",
+        ranks=ranks,
+        location=view.location(ranks, _SHM_TEXT),
+        confidence=confidence,
+        evidence=ids(every)[:8],
+        fix=fix,
+        confirm=f"`df -h /dev/shm` on {who}'s host shows it full or only 64 MB",
+    )

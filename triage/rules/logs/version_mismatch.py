@@ -1,0 +1,118 @@
+"""comm.version_mismatch from logs: NCCL, torch and the driver do not fit together."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from triage.models import Finding
+from triage.registry import EvidenceSet, rule
+from triage.rules.logs._comm_view import CommView, comm_view, quote
+from triage.rules.logs._signals import Found, Signal, ids, ranks_of, strongest
+
+_IMPORT = re.compile(r"import|undefined symbol|driver|CUDA|init_process_group|NCCL")
+
+
+@rule("logs.version_mismatch", "comm.version_mismatch")
+def version_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
+    """Ranks load different NCCL versions, or NCCL/torch do not fit the driver or each other.
+
+    What it detects:
+    Different `NCCL version X` across ranks, hosts or log files; `CUDA driver version is
+    insufficient for CUDA runtime version`; torch's `NVIDIA driver on your system is too
+    old`; `undefined symbol: nccl...` (a torch build linked against another libnccl); NCCL
+    bootstrap `Message truncated` (peers speak different NCCL protocols).
+
+    Why it happens:
+    Nodes with different container images or environments (pip nvidia-nccl-cu* wheels vs a
+    system NCCL picked up through LD_LIBRARY_PATH or LD_PRELOAD), a driver older than the
+    CUDA that torch/NCCL were built for, a partially upgraded environment.
+
+    Evidence:
+    The version per rank/host/file, the loader or driver error.
+
+    Fix:
+    Run the same image/environment on every node; check `python -c "import torch;
+    print(torch.__version__, torch.version.cuda, torch.cuda.nccl.version())"` on each, remove
+    stray libnccl from LD_LIBRARY_PATH/LD_PRELOAD, and upgrade the driver to the one the
+    CUDA build requires.
+
+    Known false positives:
+    Logs concatenated from runs before and after an upgrade show two versions without any
+    single job mixing them.
+
+    References:
+    NCCL release notes (protocol compatibility between versions); CUDA toolkit/driver
+    compatibility table.
+    """
+    view = comm_view(evidence)
+    found = _findings(view)
+    if not found:
+        return
+    (confidence, what, items, fix), every = strongest(found)
+    ranks = ranks_of(s for _, s in items)
+    yield Finding(
+        title=what,
+        summary=f"{what}: `{quote(items)}`.",
+        ranks=ranks,
+        location=view.location(ranks, _IMPORT),
+        confidence=confidence,
+        evidence=ids(every)[:8],
+        fix=fix,
+        confirm="torch.__version__, torch.version.cuda and torch.cuda.nccl.version() differ between hosts",
+    )
+
+
+_SAME_ENV = (
+    'Use one image/environment on every node and check each with `python -c "import torch; '
+    'print(torch.__version__, torch.version.cuda, torch.cuda.nccl.version())"`; remove '
+    "stray libnccl from LD_LIBRARY_PATH / LD_PRELOAD."
+)
+_DRIVER = (
+    "Upgrade the NVIDIA driver to one that supports the CUDA version torch/NCCL were built "
+    "with (`nvidia-smi` shows the highest CUDA it supports), or install a torch build for "
+    "the older CUDA."
+)
+
+
+def _findings(view: CommView) -> list[Found]:
+    found: list[Found] = []
+    by_version: dict[str, list[Signal]] = {}
+    for e, s in view.of("nccl.version"):
+        by_version.setdefault(str(s.fields.get("version")), []).append((e, s))
+    if len(by_version) > 1:
+        where = "; ".join(
+            f"{version} on {_owners(items)}" for version, items in sorted(by_version.items())
+        )
+        items = [group[0] for group in by_version.values()]
+        found.append((0.8, f"ranks load different NCCL versions ({where})", items, _SAME_ENV))
+    driver = view.of("driver.insufficient", "driver.too_old")
+    if driver:
+        found.append((0.85, "the NVIDIA driver is too old for this CUDA build", driver, _DRIVER))
+    symbols = view.of("nccl.undefined_symbol")
+    if symbols:
+        symbol = symbols[0][1].fields.get("symbol")
+        found.append(
+            (
+                0.85,
+                f"the loaded libnccl lacks {symbol}: torch was built against another NCCL",
+                symbols,
+                _SAME_ENV,
+            )
+        )
+    truncated = view.of("nccl.message_truncated")
+    if truncated:
+        found.append(
+            (0.5, "NCCL bootstrap peers exchange messages of different sizes", truncated, _SAME_ENV)
+        )
+    return found
+
+
+def _owners(items: list[Signal]) -> str:
+    ranks = ranks_of(s for _, s in items)
+    if ranks:
+        return "rank " + ",".join(map(str, ranks[:6]))
+    hosts = sorted({s.host for _, s in items if s.host})
+    if hosts:
+        return ", ".join(hosts[:3])
+    return ", ".join(sorted({s.path.rsplit("/", 1)[-1] for _, s in items})[:3])

@@ -1,0 +1,106 @@
+"""config.world_size_mismatch from logs: the mesh, the parallel dimensions, the rank numbers
+or the number of processes that joined disagree with the world size."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from triage.models import Finding
+from triage.registry import EvidenceSet, rule
+from triage.rules.logs._comm_view import quoted_finding
+from triage.rules.logs._signals import Found, signals
+
+_TEXT = re.compile(r"[Mm]esh|world[ _]?size|WORLD_SIZE|divisible|out of range|interval|rank")
+
+#: signature -> (confidence, what went wrong)
+_KINDS = {
+    "setup.mesh_too_big": (0.9, "the DeviceMesh is larger than the world"),
+    "setup.mesh_heterogeneous": (0.8, "the world size is not a multiple of the GPUs per host"),
+    "setup.mesh_group_mismatch": (0.7, "the DeviceMesh does not match its process group's ranks"),
+    "setup.parallel_dims": (0.88, "the parallel dimensions do not multiply to WORLD_SIZE"),
+    "setup.world_not_divisible": (0.82, "the world size is not divisible by the parallel sizes"),
+    "setup.rank_out_of_range": (0.8, "a rank number is outside the world"),
+    "setup.nccl_rank_count": (0.85, "NCCL's ranks disagree on the world size or a rank number"),
+}
+_FIX = (
+    "Make the launch and the script agree on the world: nnodes x nproc-per-node must equal "
+    "WORLD_SIZE and the product of the mesh / parallel sizes (dp x tp x pp x cp); size "
+    "DistributedSampler and new_group from dist.get_world_size() and dist.get_rank() instead "
+    "of config values; give every process a distinct RANK."
+)
+_FIX_EXTRA_WORKERS = (
+    "More processes joined than WORLD_SIZE: another job shares MASTER_ADDR:MASTER_PORT (pick a "
+    "free port per job), or two layers launch processes (srun -n N plus mp.spawn, torchrun "
+    "plus a script that spawns again). Launch exactly WORLD_SIZE processes per job."
+)
+
+
+@rule("logs.world_size_mismatch", "config.world_size_mismatch")
+def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
+    """The job's world size disagrees with the mesh, the parallel plan or the processes started.
+
+    What it detects:
+    `Mesh should not be bigger than default world size N, but found M ranks!`, DeviceMesh's
+    homogeneous-hardware and mesh/group checks; `world size (N) is not divisible by ...`,
+    torchtitan's `... != WORLD_SIZE(N)`; `Invalid rank N, rank should be in the interval
+    [0, M]` (DistributedSampler), new_group's `Rank N is out of range`; the store-based
+    barrier counting more workers than world_size (`world_size=2, worker_count=4`); NCCL's
+    bootstrap seeing a different rank count or one rank twice.
+
+    Why it happens:
+    --nnodes x --nproc-per-node differs from what the config's mesh or parallel sizes
+    assume; a config hard-codes num_replicas or ranks; two jobs (or two launch layers)
+    share one MASTER_PORT so more processes join than the world holds.
+
+    Evidence:
+    The error text with both numbers, on the ranks that report it.
+
+    Fix:
+    Derive sizes from dist.get_world_size(); launch nnodes x nproc-per-node processes to
+    match the mesh; one MASTER_PORT per job.
+
+    Known false positives:
+    A store barrier that counts fewer workers than world_size usually means a rank failed
+    or is slow to start (see hang.rank_exited, comm.rendezvous); it scores low here.
+
+    References:
+    torch.distributed.device_mesh (init_device_mesh); torch.utils.data.DistributedSampler;
+    torchrun --nnodes/--nproc-per-node.
+    """
+    found: list[Found] = []
+    for name, (confidence, what) in _KINDS.items():
+        items = signals(evidence, name)
+        if items:
+            found.append((confidence, what, items, _FIX))
+    barrier = signals(evidence, "setup.store_barrier")
+    excess = [(e, s) for e, s in barrier if s.fields.get("excess")]
+    if excess:
+        fields = excess[0][1].fields
+        found.append(
+            (
+                0.86,
+                f"{fields['joined']} processes joined a world of {fields['world_size']}",
+                excess,
+                _FIX_EXTRA_WORKERS,
+            )
+        )
+    elif barrier:
+        fields = barrier[0][1].fields
+        found.append(
+            (
+                0.35,
+                f"only {fields['joined']} of {fields['world_size']} processes joined the world",
+                barrier,
+                _FIX,
+            )
+        )
+    if not found:
+        return
+    yield quoted_finding(
+        evidence,
+        found,
+        _TEXT,
+        "WORLD_SIZE in the ranks' environment differs from the product of the mesh or "
+        "parallel sizes the script builds (or from the number of processes started)",
+    )

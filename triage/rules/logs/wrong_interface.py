@@ -1,0 +1,196 @@
+"""comm.wrong_interface from logs: NCCL or gloo uses (or is told) a network interface that
+cannot carry the job's traffic."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from triage.models import Finding
+from triage.registry import EvidenceSet, rule
+from triage.rules.logs._comm_view import CommView, comm_view, quote
+from triage.rules.logs._signals import Found, ids, ranks_of, strongest
+from triage.text import format_ranks
+
+_SETUP = re.compile(r"init_process_group|ProcessGroup|new_group|barrier|all_reduce|NCCL|gloo")
+
+
+@rule("logs.wrong_interface", "comm.wrong_interface")
+def wrong_interface(evidence: EvidenceSet) -> Iterator[Finding]:
+    """NCCL or gloo picked, or was told to use, an interface other hosts cannot reach.
+
+    What it detects:
+    gloo's `Unable to find address for: <if>` (GLOO_SOCKET_IFNAME names an absent
+    interface), its loopback fallback, pairs connecting to `[127.0.1.1]` and
+    `connectFullMesh failed`; NCCL's `no socket interface found` / `No usable
+    listening interface found` (NCCL_SOCKET_IFNAME matches nothing); NCCL connections to a
+    docker0, loopback or link-local address; a bootstrap on docker0/lo in a multi-host job;
+    NCCL socket connections that fail (refused, unreachable, aborted) with no other cause;
+    a multi-host NCCL log over sockets that stops during communicator setup.
+
+    Why it happens:
+    Multi-homed hosts (docker0, bridges, VPN, management and data NICs) give NCCL and gloo
+    several candidates; they pick by name prefix and order, and launch scripts copied from
+    another cluster set NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME to names this host lacks. A rank
+    that advertises an address other hosts cannot route to is unreachable to them.
+
+    Evidence:
+    The interface and address lines (`Bootstrap : Using`, `NET/Socket : Using`), the failed
+    connects and their reasons, the *_SOCKET_IFNAME values NCCL echoed.
+
+    Fix:
+    Set NCCL_SOCKET_IFNAME (and GLOO_SOCKET_IFNAME) to the interface that carries the
+    hosts' routable addresses (`ip -br addr`; the one holding the MASTER_ADDR subnet), the
+    same on every host; exclude virtual ones with `^docker,lo`. Open the firewall between
+    hosts for NCCL's ephemeral ports.
+
+    Known false positives:
+    A connect that is refused because the peer process already died: when another rank's
+    own failure is visible the connect failures score lower and comm.peer_failure leads.
+
+    References:
+    NCCL environment variables (NCCL_SOCKET_IFNAME, NCCL_SOCKET_FAMILY); torch.distributed
+    docs, "Common environment variables" (GLOO_SOCKET_IFNAME).
+    """
+    view = comm_view(evidence)
+    found = _findings(view)
+    if not found:
+        return
+    (confidence, what, items, fix), every = strongest(found)
+    ranks = ranks_of(s for _, s in items)
+    yield Finding(
+        title=what + (f" (rank {format_ranks(ranks)})" if ranks else ""),
+        summary=f"{what}: `{quote(items)}`." + _interfaces(view),
+        ranks=ranks,
+        location=view.location(ranks, _SETUP),
+        confidence=confidence,
+        evidence=ids(every)[:8],
+        fix=fix,
+        confirm=(
+            "the interface the rank uses (Bootstrap/NET/Socket lines) is not the one holding "
+            "the hosts' routable addresses (`ip -br addr` on each host)"
+        ),
+    )
+
+
+_IFNAME_FIX = (
+    "Set {var} to an interface that exists on every host and carries their routable "
+    "addresses (`ip -br addr`), or unset it to let the library choose."
+)
+
+
+def _findings(view: CommView) -> list[Found]:
+    overrides = view.overrides()
+    multi = view.multi_host
+    found: list[Found] = []
+    gloo = view.of("gloo.no_address")
+    if gloo:
+        name = gloo[0][1].fields.get("interface", "")
+        found.append(
+            (
+                0.9,
+                f"gloo cannot find interface {name}",
+                gloo,
+                _IFNAME_FIX.format(var="GLOO_SOCKET_IFNAME"),
+            )
+        )
+    missing = view.of("nccl.no_interface")
+    if missing:
+        ifname = overrides.get("NCCL_SOCKET_IFNAME")
+        told = f" (NCCL_SOCKET_IFNAME={ifname})" if ifname else ""
+        found.append(
+            (
+                0.9 if ifname else 0.8,
+                f"NCCL found no usable socket interface{told}",
+                missing,
+                _IFNAME_FIX.format(var="NCCL_SOCKET_IFNAME"),
+            )
+        )
+    connects = view.of("nccl.connect_failed")
+    local = [(e, s) for e, s in connects if s.fields.get("address_kind")]
+    if local:
+        kind = local[0][1].fields["address_kind"]
+        found.append(
+            (
+                0.8 if multi is not False else 0.7,
+                f"NCCL connects to a {kind} address that other hosts cannot reach",
+                local,
+                "NCCL advertised a docker0/loopback address: set NCCL_SOCKET_IFNAME to the "
+                "host's real interface (e.g. `^docker,lo` or the data NIC) on every host.",
+            )
+        )
+    elif connects:
+        found.append(
+            (
+                0.4 if view.origins else 0.55,
+                "NCCL cannot open sockets to its peers",
+                connects,
+                "Check that every host reaches the others' addresses on the interface NCCL "
+                "uses (NCCL_SOCKET_IFNAME), and that no firewall blocks NCCL's ephemeral ports.",
+            )
+        )
+    pairs = view.of("gloo.pair_connect")
+    looped = [(e, s) for e, s in pairs if s.fields.get("address_kind") == "loopback"]
+    if looped:
+        found.append(
+            (
+                0.85,
+                "gloo peers advertise a loopback address (the hostname resolves to 127.0.x.x)",
+                looped,
+                "Set GLOO_SOCKET_IFNAME to the data interface on every host, or make the "
+                "hostname resolve to the host's routable address (/etc/hosts maps it to "
+                "127.0.1.1 on Debian/Ubuntu).",
+            )
+        )
+    mesh = view.of("gloo.connect_failed") + [p for p in pairs if p not in looped]
+    if mesh:
+        found.append(
+            (
+                0.4 if view.origins else 0.6,
+                "gloo cannot connect its ranks to each other",
+                mesh,
+                _IFNAME_FIX.format(var="GLOO_SOCKET_IFNAME")
+                + " Check that no firewall blocks the ports between the hosts.",
+            )
+        )
+    virtual = [(e, s) for e, s in view.of("nccl.bootstrap_interface") if s.fields.get("virtual")]
+    if virtual and multi and (view.comm_failures() or view.stalled_in_setup()):
+        name = virtual[0][1].fields.get("interface")
+        found.append(
+            (
+                0.75,
+                f"NCCL bootstraps over {name}, a host-local interface, in a multi-host job",
+                virtual,
+                _IFNAME_FIX.format(var="NCCL_SOCKET_IFNAME"),
+            )
+        )
+    loopback = view.of("gloo.loopback_fallback")
+    if loopback and multi is not False and view.comm_failures():
+        found.append(
+            (
+                0.7,
+                "gloo fell back to the loopback address",
+                loopback,
+                _IFNAME_FIX.format(var="GLOO_SOCKET_IFNAME"),
+            )
+        )
+    if multi and view.stalled_in_setup() and not view.uses_ib():
+        found.append(
+            (
+                0.45,
+                "a multi-host NCCL job over sockets stops during communicator setup",
+                view.of("nccl.bootstrap_interface", "nccl.socket_interfaces", "nccl.init"),
+                _IFNAME_FIX.format(var="NCCL_SOCKET_IFNAME"),
+            )
+        )
+    return found
+
+
+def _interfaces(view: CommView) -> str:
+    chosen = sorted(
+        {
+            f"{s.fields['interface']}:{s.fields['address']}"
+            for _, s in view.of("nccl.bootstrap_interface")
+        }
+    )
+    return f" NCCL's bootstrap uses {', '.join(chosen[:4])}." if chosen else ""

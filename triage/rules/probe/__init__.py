@@ -1,0 +1,1 @@
+"""Rules that read triage.probe snapshots; each module is named by its rule ID."""

@@ -1,0 +1,1 @@
+"""Rules that read live py-spy stacks; each module is named by its rule ID."""

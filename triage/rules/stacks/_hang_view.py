@@ -1,0 +1,151 @@
+"""What the hang rules share: ranks grouped by state, the majority, and the outliers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from triage.grouping import state_groups
+from triage.models import Location
+from triage.observations import Frame, MissingRank, RankActivity, RankProcess, RankState
+from triage.readers.source import Block, innermost_loop, rank_condition, source_available
+from triage.registry import EvidenceSet
+from triage.text import format_ranks
+
+
+@dataclass
+class StateGroup:
+    """Ranks with one signature; `evidence` are their stack evidence ids."""
+
+    states: list[RankState]
+    evidence: list[str] = field(default_factory=list)
+
+    @property
+    def first(self) -> RankState:
+        return self.states[0]
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(s.rank for s in self.states if s.rank is not None)
+
+    @property
+    def label(self) -> str:
+        ranks = self.ranks
+        word = "rank" if len(self.states) == 1 else "ranks"
+        return f"{word} {format_ranks(ranks)}" if ranks else f"pid {self.first.pid}"
+
+    @property
+    def waits(self) -> bool:
+        return self.first.activity.waits_on_peers
+
+    @property
+    def location(self) -> Location | None:
+        frame = self.first.user_frame
+        return frame.location() if frame else None
+
+    def where(self) -> str:
+        loc = self.location
+        return f"{self.first.describe()} at {loc.file}:{loc.line}" if loc else self.first.describe()
+
+
+@dataclass
+class HangView:
+    groups: list[StateGroup]
+    missing: list[MissingRank]
+    zombies: list[RankProcess]
+    missing_evidence: list[str]
+    unreadable: int
+
+    @property
+    def waiting(self) -> list[StateGroup]:
+        return [g for g in self.groups if g.waits]
+
+    @property
+    def majority(self) -> StateGroup | None:
+        waiting = self.waiting
+        return (
+            max(waiting, key=lambda g: (len(g.states), -min(g.ranks or [0]))) if waiting else None
+        )
+
+    @property
+    def live_count(self) -> int:
+        return sum(len(g.states) for g in self.groups)
+
+
+def hang_view(evidence: EvidenceSet) -> HangView:
+    return evidence.derived("hang_view", lambda: _build_view(evidence))
+
+
+def _build_view(evidence: EvidenceSet) -> HangView:
+    groups = [
+        StateGroup([state for _, state in members], [item.id for item, _ in members])
+        for members in state_groups(evidence)
+    ]
+    groups.sort(key=lambda g: (-len(g.states), min(g.ranks or [0])))
+    missing_items = evidence.payloads("missing_rank", MissingRank)
+    processes = [p for _, p in evidence.payloads("process", RankProcess)]
+    stacked = {s.pid for g in groups for s in g.states}
+    return HangView(
+        groups=groups,
+        missing=[m for _, m in missing_items if m.scope == "host"],
+        zombies=[p for p in processes if p.status == "zombie"],
+        missing_evidence=[e.id for e, m in missing_items if m.scope == "host"],
+        unreadable=sum(1 for p in processes if p.pid not in stacked and p.status != "zombie"),
+    )
+
+
+def coverage_factor(view: HangView) -> float:
+    """Confidence shrinks when some live ranks could not be read."""
+    total = view.live_count + view.unreadable
+    return 1.0 if total == 0 else 0.6 + 0.4 * view.live_count / total
+
+
+def split_point(a: RankState, b: RankState) -> tuple[int, Frame, Frame] | None:
+    """Where two user call paths part: the depth and both frames in the function they share."""
+    for depth, (fa, fb) in enumerate(zip(a.call_path, b.call_path, strict=False)):
+        if (fa.function, fa.file) != (fb.function, fb.file):
+            return None
+        if fa.line != fb.line:
+            return depth, fa, fb
+    return None
+
+
+def past_the_loop(ahead: RankState, behind: RankState) -> bool | None:
+    """Did `ahead` leave a loop that `behind` is still in? None when the source is unreadable.
+
+    Where the call paths part inside one function, `ahead` is past the loop when it
+    stands later in that function, outside the loop that still holds `behind` there or
+    deeper, and not under a rank-dependent branch (that is a conditional collective).
+    """
+    split = split_point(ahead, behind)
+    if split is None:
+        return None
+    depth, a, b = split
+    if a.line is None or b.line is None or not source_available(a.file):
+        return None
+    if a.line < b.line or rank_condition(a.file, a.line):
+        return False
+    loop = innermost_loop(b.file, b.line)
+    if loop is not None:
+        return not loop.start <= a.line <= loop.end
+    deeper = behind.call_path[depth + 1 :]
+    return any(f.line is not None and innermost_loop(f.file, f.line) for f in deeper)
+
+
+def branch_of(group: StateGroup, others: list[StateGroup]) -> tuple[Block, Frame] | None:
+    """The rank-dependent `if` that sent this group where it is: at its own line, or where
+    its call path parts from another group's."""
+    candidates = [group.first.user_frame] if group.first.user_frame else []
+    for other in others:
+        split = split_point(group.first, other.first)
+        if split is not None:
+            candidates.append(split[1])
+    for frame in candidates:
+        if frame.line is not None:
+            block = rank_condition(frame.file, frame.line)
+            if block is not None:
+                return block, frame
+    return None
+
+
+def is_exiting(state: RankState) -> bool:
+    return state.activity is RankActivity.exiting

@@ -1,0 +1,104 @@
+"""hang.mismatched_collective from stacks: ranks block in different collectives."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from triage.models import Finding
+from triage.observations import RankActivity
+from triage.registry import EvidenceSet, rule
+from triage.rules.stacks._hang_view import (
+    StateGroup,
+    branch_of,
+    coverage_factor,
+    hang_view,
+    past_the_loop,
+)
+
+
+@rule("stacks.mismatched_collective", "hang.mismatched_collective")
+def mismatched_collective(evidence: EvidenceSet) -> Iterator[Finding]:
+    """Ranks wait in different collectives, or in the same op from different lines.
+
+    What it detects:
+    Two or more groups of ranks blocked in collectives whose op or user call site differ,
+    on the same process group, with none past the training loop.
+
+    Why it happens:
+    A collective under a rank-dependent branch (`if rank == 0: dist.broadcast(...)`),
+    collectives issued in a different order on different ranks (dict/set iteration,
+    data-dependent control flow), or an exception handler that skips one.
+
+    Evidence:
+    py-spy stacks: the op frame in torch/distributed/distributed_c10d.py and the user
+    frame that called it differ across groups; the source shows the rank-dependent `if`
+    around the minority's line when the file is readable.
+
+    Fix:
+    Every rank must issue the same collectives in the same order: hoist the collective out
+    of the rank-dependent branch (compute on all ranks, use the result on one), or make the
+    branch condition identical on all ranks.
+
+    Known false positives:
+    Two dumps taken while ranks are still progressing can differ by one step; a real hang
+    keeps the same lines on a second dump. Ranks past the loop are reported as
+    hang.uneven_inputs instead.
+
+    References:
+    TORCH_DISTRIBUTED_DEBUG=DETAIL reports collective fingerprint mismatches at the call.
+    """
+    view = hang_view(evidence)
+    blocked = [g for g in view.waiting if g.first.activity is RankActivity.collective]
+    if len(blocked) < 2 or len({g.first.group for g in blocked}) > 1:
+        return
+    majority = max(blocked, key=lambda g: len(g.states))
+    others = [g for g in blocked if g is not majority]
+    if any(
+        past_the_loop(g.first, majority.first) or past_the_loop(majority.first, g.first)
+        for g in others
+    ):
+        return
+    culprit = _culprit(majority, others)
+    rest = [g for g in blocked if g is not culprit]
+    branch = branch_of(culprit, rest) or next(
+        (found for g in rest if (found := branch_of(g, [culprit]))), None
+    )
+    same_op = {g.first.op for g in blocked}
+    how = (
+        f"the same op ({culprit.first.op}) from different lines"
+        if len(same_op) == 1
+        else "different collectives"
+    )
+    others_text = "; ".join(f"{g.label} in {g.where()}" for g in rest[:3])
+    because, fix_branch = "", "hoist the collective out of any rank-dependent branch"
+    if branch:
+        block, frame = branch
+        because = f" {frame.file}:{frame.line} sits under `{block.text}` (line {block.start})."
+        fix_branch = (
+            f"`{block.text}` at {frame.file}:{block.start} decides per rank which collective runs: "
+            "move the collective out of it, or make the condition the same on every rank"
+        )
+    confidence = (0.92 if branch else 0.8) * coverage_factor(view)
+    yield Finding(
+        title=f"{culprit.label} {'blocks' if len(culprit.states) == 1 else 'block'} in a different collective than the other ranks",
+        summary=f"Ranks block in {how}: {culprit.label} in {culprit.where()}, while {others_text}.{because}",
+        ranks=culprit.ranks,
+        location=culprit.location,
+        other_locations=[g.location for g in rest if g.location],
+        confidence=round(confidence, 3),
+        evidence=[e for g in blocked for e in g.evidence[:3]],
+        fix=f"Every rank must issue the same collectives in the same order: {fix_branch}.",
+    )
+
+
+def _culprit(majority: StateGroup, others: list[StateGroup]) -> StateGroup:
+    """The minority; among equals, the group whose call sits under a rank-dependent `if`."""
+    candidates = (
+        [majority, *others]
+        if all(len(g.states) == len(majority.states) for g in others)
+        else others
+    )
+    groups = [majority, *others]
+    conditional = [g for g in candidates if branch_of(g, [x for x in groups if x is not g])]
+    pool = conditional or candidates
+    return min(pool, key=lambda g: (len(g.states), g.ranks))

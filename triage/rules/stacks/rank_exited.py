@@ -1,0 +1,68 @@
+"""hang.rank_exited from live processes: a rank has no process while its peers wait."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from triage.models import Finding
+from triage.registry import EvidenceSet, rule
+from triage.rules.stacks._hang_view import coverage_factor, hang_view
+from triage.text import format_ranks
+
+
+@rule("stacks.rank_exited", "hang.rank_exited")
+def rank_exited(evidence: EvidenceSet) -> Iterator[Finding]:
+    """A rank the job needs has no live process, and the live ranks wait for it.
+
+    What it detects:
+    WORLD_SIZE (or LOCAL_WORLD_SIZE on this host) names ranks that no live process holds,
+    or a rank's process is a zombie, while the live ranks wait in a collective or in
+    process-group setup.
+
+    Why it happens:
+    The rank crashed (exception, segfault), was killed (host OOM killer, SIGKILL from a
+    scheduler), or returned early. On NCCL its peers keep waiting until the watchdog timeout;
+    before the first collective (rendezvous, init_process_group) every backend waits.
+
+    Evidence:
+    Process discovery: the expected rank set minus the ranks found alive; zombie status.
+    Stacks: the survivors all wait on peers.
+
+    Fix:
+    Read the missing rank's own log or the launcher's exit report (`triage analyze LOG`)
+    for its traceback, exit code or signal (-9 is usually the OOM killer), and fix that
+    error; the waiting ranks are victims.
+
+    Known false positives:
+    Ranks on other hosts are only reported as missing when the job runs on one host (all
+    ranks local, or MASTER_ADDR is loopback); otherwise they are a gap, not a finding.
+
+    References:
+    torch.distributed elastic error files; `dmesg | grep -i oom` on the rank's host.
+    """
+    view = hang_view(evidence)
+    exited = sorted(
+        {m.rank for m in view.missing if m.rank is not None}
+        | {p.rank for p in view.zombies if p.rank is not None}
+    )
+    if not exited and not view.missing:
+        return
+    waiting = view.waiting
+    majority = view.majority
+    all_wait = bool(view.groups) and len(waiting) == len(view.groups)
+    what = f"rank {format_ranks(exited)}" if exited else f"{len(view.missing)} local rank(s)"
+    where = f"; the {majority.label} wait in {majority.where()}" if majority else ""
+    yield Finding(
+        title=f"{what} exited while its peers wait",
+        summary=f"{what.capitalize()} has no live process{where}. The peers cannot finish without it.",
+        ranks=exited,
+        location=majority.location if majority else None,
+        confidence=round((0.9 if all_wait else 0.65) * coverage_factor(view), 3),
+        evidence=view.missing_evidence
+        + [f"process:{p.pid}" for p in view.zombies]
+        + (majority.evidence[:3] if majority else []),
+        fix=(
+            f"Find why {what} died: its own log or the launcher's exit report (exit code, signal, "
+            "traceback); -9/SIGKILL usually means the host OOM killer. The waiting ranks are victims."
+        ),
+    )
