@@ -501,7 +501,7 @@ def _rank_evidence(f: EnvironmentFacts) -> Evidence:
     )
     return Evidence(
         id=f"env:pid{f.pid}",
-        kind="environment",
+        kind=EnvironmentFacts.EVIDENCE_KIND,
         source=f"pid:{f.pid}",
         rank=f.rank,
         summary=f"{label}{world} (pid {f.pid}): {', '.join(shown) or 'no launcher variables'}; "
@@ -535,7 +535,7 @@ def _host_evidence(f: EnvironmentFacts, ranks: list[EnvironmentFacts]) -> Eviden
     ]
     return Evidence(
         id="env:host",
-        kind="environment",
+        kind=EnvironmentFacts.EVIDENCE_KIND,
         source=f.host,
         summary=f"host {f.host}: " + "; ".join(parts),
         data=f.model_dump(exclude_defaults=True),

@@ -239,7 +239,7 @@ def discover_ranks(pids: list[int] | None = None, launcher_pid: int | None = Non
     evidence += [
         Evidence(
             id=f"missing:rank{m.rank}" if m.rank is not None else f"missing:local{m.local_rank}",
-            kind="missing_rank",
+            kind=MissingRank.EVIDENCE_KIND,
             source=host,
             rank=m.rank,
             summary=f"{_who(m)}: no live process ({m.reason})",
@@ -262,7 +262,7 @@ def _process_evidence(p: RankProcess) -> Evidence:
     world = f"/{p.world_size}" if p.world_size else ""
     return Evidence(
         id=f"process:{p.pid}",
-        kind="process",
+        kind=RankProcess.EVIDENCE_KIND,
         source=f"pid:{p.pid}",
         rank=p.rank,
         summary=f"{who}{world} is pid {p.pid} on {p.host} ({p.status}{launched})",

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from triage.models import Evidence, Gap
-from triage.observations import LogFile, RankState, TracebackRecord, is_probe_snapshot
+from triage.observations import LogFile, LogSignal, RankState, TracebackRecord, is_probe_snapshot
 from triage.readers.files import regular_files
 from triage.readers.logscan import MAX_LINE, ScanResult, learn_ranks, scan_file
 from triage.readers.stacks import classify
@@ -218,7 +218,7 @@ def _evidence(result: ScanResult, ids: Counter[str]) -> list[Evidence]:
         out.append(
             Evidence(
                 id=unique(f"log:{name}:{sig.line}:{sig.signature}"),
-                kind="log_signal",
+                kind=LogSignal.EVIDENCE_KIND,
                 source=f"{result.path}:{sig.line}",
                 rank=sig.rank,
                 summary=f"{sig.signature}: {sig.text[:200]}",
@@ -240,7 +240,7 @@ def _evidence(result: ScanResult, ids: Counter[str]) -> list[Evidence]:
         out.append(
             Evidence(
                 id=unique(f"file:{name}"),
-                kind="log_file",
+                kind=LogFile.EVIDENCE_KIND,
                 source=result.path,
                 rank=rank,
                 summary=f"{result.lines} lines, {len(result.signals)} signature lines",
@@ -262,7 +262,7 @@ def _traceback_evidence(record: TracebackRecord, evidence_id: str) -> list[Evide
     out = [
         Evidence(
             id=evidence_id,
-            kind="traceback",
+            kind=TracebackRecord.EVIDENCE_KIND,
             source=f"{record.path}:{record.line}",
             rank=record.rank,
             summary=f"{what}{where}{message}",
@@ -277,7 +277,7 @@ def _traceback_evidence(record: TracebackRecord, evidence_id: str) -> list[Evide
         out.append(
             Evidence(
                 id=evidence_id.replace("tb:", "stack:", 1),
-                kind="stack",
+                kind=RankState.EVIDENCE_KIND,
                 source=f"{record.path}:{record.line}",
                 rank=state.rank,
                 summary=f"{who} (stack dump in a log): {state.describe()}{at}",

@@ -17,7 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 from triage.models import Evidence, Gap
-from triage.observations import FROutlier, FRSide, FRStuckGroup
+from triage.observations import FROutlier, FROverview, FRP2PWait, FRSide, FRStuckGroup
 from triage.readers.files import files_by_head
 from triage.readers.flight_recorder import (
     Analysis,
@@ -174,7 +174,7 @@ def _evidence(analysis: Analysis) -> list[Evidence]:
     items = [
         Evidence(
             id="fr:overview",
-            kind="fr_overview",
+            kind=FROverview.EVIDENCE_KIND,
             source=_source(analysis),
             summary=head,
             data=summary.model_dump(exclude_defaults=True),
@@ -189,7 +189,7 @@ def _evidence(analysis: Analysis) -> list[Evidence]:
         items.append(
             Evidence(
                 id=payload.evidence_id(),
-                kind="fr_stuck",
+                kind=FRStuckGroup.EVIDENCE_KIND,
                 source=_source(analysis),
                 summary=summarize(payload),
                 data=payload.model_dump(exclude_defaults=True),
@@ -203,7 +203,7 @@ def _evidence(analysis: Analysis) -> list[Evidence]:
         items.append(
             Evidence(
                 id=f"fr:p2p:{format_ranks(wait.ranks)[:40]}",
-                kind="fr_p2p",
+                kind=FRP2PWait.EVIDENCE_KIND,
                 source=_source(analysis),
                 rank=wait.ranks[0] if len(wait.ranks) == 1 else None,
                 summary=f"ranks {format_ranks(wait.ranks)} wait in send/recv no peer matches: {kind}; "
@@ -228,7 +228,7 @@ def _outlier(point: FRStuckGroup, side: FRSide, analysis: Analysis) -> Evidence:
     dump = analysis.dumps.get(rank) if rank is not None else None
     return Evidence(
         id=point.side_evidence_id(side),
-        kind="fr_outlier",
+        kind=FROutlier.EVIDENCE_KIND,
         source=dump.path if dump else _source(analysis),
         rank=rank,
         summary=f"group {point.group} seq {point.seq}: {side.describe()}",

@@ -534,7 +534,7 @@ def _dump_evidence(parsed: _Parsed, ids: Counter[str]) -> Evidence:
     label = f":{dump.label.replace(' ', '')}" if dump.label else ""
     return Evidence(
         id=_unique(ids, f"memory:{path.parent.name}/{path.name}{label}"),
-        kind="memory_dump",
+        kind=MemoryDump.EVIDENCE_KIND,
         source=dump.path,
         rank=dump.rank,
         summary="; ".join(parts),
@@ -561,7 +561,7 @@ def _growth_evidence(growth: MemoryGrowth, ids: Counter[str]) -> Evidence:
             ids,
             f"memory_growth:{folder}/{who_id}{growth.device if growth.device is not None else ''}",
         ),
-        kind="memory_growth",
+        kind=MemoryGrowth.EVIDENCE_KIND,
         source=growth.paths[0] if len(growth.paths) == 1 else f"{len(growth.paths)} files",
         rank=growth.rank,
         summary=summary,

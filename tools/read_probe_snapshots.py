@@ -892,7 +892,7 @@ def _check_evidence(checks: list[ReplicaCheck]) -> list[Evidence]:
         items.append(
             Evidence(
                 id=f"replica:{check.label}",
-                kind="replica_check",
+                kind=ReplicaCheck.EVIDENCE_KIND,
                 source=_source(check.paths),
                 summary=_describe(check),
                 data=check.model_dump(exclude_defaults=True),
@@ -923,7 +923,7 @@ def _summary_evidence(
         items.append(
             Evidence(
                 id=base if ids[base] == 1 else f"{base}#{ids[base]}",
-                kind="probe_snapshot",
+                kind=SnapshotSummary.EVIDENCE_KIND,
                 source=summary.path,
                 rank=summary.rank,
                 summary=f"{who.replace('rank', 'rank ')} {summary.label}: {summary.parameters} "

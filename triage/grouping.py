@@ -29,7 +29,7 @@ def latest_stacks(evidence: EvidenceSet) -> list[tuple[Evidence, RankState]]:
 
     def compute() -> list[tuple[Evidence, RankState]]:
         latest: dict[tuple[object, ...], tuple[Evidence, RankState]] = {}
-        for item, state in evidence.payloads("stack", RankState):
+        for item, state in evidence.payloads(RankState):
             key = ("rank", state.rank) if state.rank is not None else ("pid", state.host, state.pid)
             kept = latest.get(key)
             if kept is None or _is_live(item) or not _is_live(kept[0]):
@@ -65,8 +65,8 @@ def group_ranks(evidence: EvidenceSet) -> list[RankGroup]:
 
     seen = {state.rank for states in by_state for state in states}
     seen |= {rank for group in groups for rank in group.ranks}
-    seen_pids = {state.pid for _, state in evidence.payloads("stack", RankState)}
-    unread = [p for _, p in evidence.payloads("process", RankProcess) if p.pid not in seen_pids]
+    seen_pids = {state.pid for _, state in evidence.payloads(RankState)}
+    unread = [p for _, p in evidence.payloads(RankProcess) if p.pid not in seen_pids]
     if unread:
         groups.append(
             RankGroup(
@@ -76,9 +76,7 @@ def group_ranks(evidence: EvidenceSet) -> list[RankGroup]:
                 detail="see gaps",
             )
         )
-    missing = [
-        m.rank for _, m in evidence.payloads("missing_rank", MissingRank) if m.rank is not None
-    ]
+    missing = [m.rank for _, m in evidence.payloads(MissingRank) if m.rank is not None]
     if set(missing) - seen:
         groups.append(
             RankGroup(state="no live process", ranks=sorted(set(missing) - seen), detail="exited?")
@@ -120,15 +118,15 @@ def flight_recorder_groups(evidence: EvidenceSet) -> list[RankGroup]:
         group.location = group.location or location
         group.ranks = sorted(group.ranks + ranks)
 
-    points = [p for _, p in evidence.payloads("fr_stuck", FRStuckGroup)]
+    points = [p for _, p in evidence.payloads(FRStuckGroup)]
     for point in sorted(points, key=lambda p: not p.root):
         for side in point.sides:
             place(side.ranks, _fr_state(point, side), _fr_detail(point, side), side.op)
-    for _, wait in evidence.payloads("fr_p2p", FRP2PWait):
+    for _, wait in evidence.payloads(FRP2PWait):
         how = "a cycle" if wait.cycle else f"a chain to rank {wait.sink}"
         for rank, op in sorted(wait.ops.items()):
             place([rank], f"in {op.text}", f"send/recv no peer matches: {how}", op)
-    for _, seen in evidence.payloads("fr_overview", FROverview):
+    for _, seen in evidence.payloads(FROverview):
         place(
             seen.missing, "no Flight Recorder dump", "exited, or its file was not collected", None
         )

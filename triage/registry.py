@@ -20,6 +20,7 @@ from typing import Any, TypeVar, cast
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from triage.models import Evidence, Finding, Gap, ToolResult, ToolStatus
+from triage.observations.payload import Payload
 from triage.taxonomy import is_cause
 from triage.text import bound_text
 
@@ -224,7 +225,7 @@ DOC_SECTIONS = (
     "References",
 )
 
-P = TypeVar("P", bound=BaseModel)
+P = TypeVar("P", bound=Payload)
 T = TypeVar("T")
 
 
@@ -238,8 +239,10 @@ class EvidenceSet:
     def of_kind(self, kind: str) -> list[Evidence]:
         return [e for e in self.items if e.kind == kind]
 
-    def payloads(self, kind: str, model: type[P]) -> list[tuple[Evidence, P]]:
-        """Parsed once per set: every rule reads the same thousands of stacks."""
+    def payloads(self, model: type[P]) -> list[tuple[Evidence, P]]:
+        """The evidence of the model's kind with its payload, parsed once per set: every
+        rule reads the same thousands of stacks."""
+        kind = model.EVIDENCE_KIND
         return self.derived(
             (kind, model), lambda: [(e, model.model_validate(e.data)) for e in self.of_kind(kind)]
         )

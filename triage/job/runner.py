@@ -44,6 +44,7 @@ from triage.job.probe_signal import (
     wait_for_snapshots,
 )
 from triage.models import Gap, Report
+from triage.observations import RankState
 from triage.playbooks import Playbook, load_playbooks, symptom_playbooks
 from triage.registry import REGISTRY
 from triage.render import render_json
@@ -373,7 +374,7 @@ def idle_state(pids: list[int]) -> tuple[Any, ...] | None:
     denied = [g for g in run.gaps if "permission denied" in g.reason]
     if denied and len(denied) == len(pids):
         raise StacksUnavailable(f"{denied[0].reason} ({denied[0].hint})")
-    stacks = {e.source: e.data for e in run.evidence if e.kind == "stack"}
+    stacks = {e.source: e.data for e in run.evidence if e.kind == RankState.EVIDENCE_KIND}
     if len(stacks) != len(pids):
         return None
     state = []

@@ -141,7 +141,7 @@ def environment_view(evidence: EvidenceSet) -> EnvironmentView:
     """Parsed once per evidence set and shared by the env_* rules."""
 
     def build() -> EnvironmentView:
-        items = evidence.payloads("environment", EnvironmentFacts)
+        items = evidence.payloads(EnvironmentFacts)
         ranks = [(e, f) for e, f in items if f.scope == "rank"]
         host = next(((e, f) for e, f in items if f.scope == "host"), None)
         return EnvironmentView(ranks, host)

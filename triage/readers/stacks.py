@@ -287,7 +287,7 @@ def stack_evidence(state: RankState, source: str, taken_by: str = "", tag: str =
     lines += [f"  {frame.function} ({frame.file}:{frame.line})" for frame in state.frames]
     return Evidence(
         id=f"stack:{who}{tag}",
-        kind="stack",
+        kind=RankState.EVIDENCE_KIND,
         source=source,
         rank=state.rank,
         summary=f"{who.replace('rank', 'rank ')}{by}: {state.describe()}{where}",

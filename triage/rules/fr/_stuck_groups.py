@@ -20,7 +20,7 @@ UNSEEN = ("no_dump", "unreadable", "unknown")
 
 def stuck_groups(evidence: EvidenceSet) -> list[tuple[Evidence, FRStuckGroup]]:
     """Stuck points that are causes, not victims of another group's stuck point."""
-    return [(e, p) for e, p in evidence.payloads("fr_stuck", FRStuckGroup) if p.root]
+    return [(e, p) for e, p in evidence.payloads(FRStuckGroup) if p.root]
 
 
 def majority(point: FRStuckGroup) -> FRSide | None:

@@ -46,7 +46,7 @@ def fr_p2p_deadlock(evidence: EvidenceSet) -> Iterator[Finding]:
     References:
     torch.distributed.batch_isend_irecv documentation.
     """
-    for item, wait in evidence.payloads("fr_p2p", FRP2PWait):
+    for item, wait in evidence.payloads(FRP2PWait):
         if wait.sink_state == "no_dump":
             continue  # hang.rank_exited speaks for a peer that left no dump
         ranks = wait.culprits

@@ -64,7 +64,7 @@ def fr_rank_exited(evidence: EvidenceSet) -> Iterator[Finding]:
             confirm=f"rank {format_ranks(ranks)} has no live process (the launcher reports its "
             "exit) rather than a dump left on another host",
         )
-    for item, wait in evidence.payloads("fr_p2p", FRP2PWait):
+    for item, wait in evidence.payloads(FRP2PWait):
         if wait.sink is None or wait.sink_state != "no_dump":
             continue
         yield Finding(

@@ -173,7 +173,9 @@ def _build(evidence: EvidenceSet) -> HangLog:
     present = {
         e.rank
         for e in evidence.items
-        if e.rank is not None and e.kind in ("log_signal", "traceback", "stack")
+        if e.rank is not None
+        and e.kind
+        in (LogSignal.EVIDENCE_KIND, TracebackRecord.EVIDENCE_KIND, RankState.EVIDENCE_KIND)
     } - {s.rank for _, s in launcher}
     locations = _locations(evidence)
     order = {item.id: index for index, item in enumerate(evidence.items)}

@@ -17,7 +17,7 @@ Found = tuple[float, str, list[Signal], str]
 
 def signals(evidence: EvidenceSet, *names: str) -> list[Signal]:
     """Signals whose signature is one of `names` (all signals when none are given)."""
-    found = evidence.payloads("log_signal", LogSignal)
+    found = evidence.payloads(LogSignal)
     wanted = set(names)
     return [(e, s) for e, s in found if not wanted or s.signature in wanted]
 
@@ -26,7 +26,7 @@ def tracebacks(
     evidence: EvidenceSet, *, dumps: bool | None = None
 ) -> list[tuple[Evidence, TracebackRecord]]:
     """Tracebacks (dumps=False), stack dumps (dumps=True) or both (None)."""
-    found = evidence.payloads("traceback", TracebackRecord)
+    found = evidence.payloads(TracebackRecord)
     return [(e, t) for e, t in found if dumps is None or t.dump == dumps]
 
 

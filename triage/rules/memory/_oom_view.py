@@ -390,8 +390,8 @@ def _build(evidence: EvidenceSet) -> OomView:
     return OomView(
         gpu=gpu,
         host=_host_events(evidence),
-        dumps=evidence.payloads("memory_dump", MemoryDump) + _summary_dumps(evidence, gpu),
-        growth=evidence.payloads("memory_growth", MemoryGrowth),
+        dumps=evidence.payloads(MemoryDump) + _summary_dumps(evidence, gpu),
+        growth=evidence.payloads(MemoryGrowth),
         job_pids=_job_pids(evidence),
         usage=_usage_series(evidence),
     )

@@ -61,8 +61,8 @@ def probe_view(evidence: EvidenceSet) -> ProbeView:
 
 
 def _build(evidence: EvidenceSet) -> ProbeView:
-    view = ProbeView(checks=evidence.payloads("replica_check", ReplicaCheck))
-    for item, summary in evidence.payloads("probe_snapshot", SnapshotSummary):
+    view = ProbeView(checks=evidence.payloads(ReplicaCheck))
+    for item, summary in evidence.payloads(SnapshotSummary):
         view.summaries.setdefault((summary.label, summary.rank), (item, summary))
     return view
 

@@ -81,8 +81,8 @@ def _build_view(evidence: EvidenceSet) -> HangView:
         for members in state_groups(evidence)
     ]
     groups.sort(key=lambda g: (-len(g.states), min(g.ranks or [0])))
-    missing_items = evidence.payloads("missing_rank", MissingRank)
-    processes = [p for _, p in evidence.payloads("process", RankProcess)]
+    missing_items = evidence.payloads(MissingRank)
+    processes = [p for _, p in evidence.payloads(RankProcess)]
     stacked = {s.pid for g in groups for s in g.states}
     return HangView(
         groups=groups,

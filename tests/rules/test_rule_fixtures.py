@@ -1,0 +1,72 @@
+"""Every rule fires on real evidence of its own: one folder per rule ID.
+
+`tests/rules/<rule_id>/[<case>/]expected.json` names the rule, its cause, the culprit
+ranks and the code location it must report, the evidence to read (`inputs`: files or
+folders, relative to the case folder or to the checkout when they start with `tests/`),
+optional recorded Evidence items (`evidence`: a JSON list, for live sources such as
+py-spy stacks and a rank's environment), and where that evidence came from (`origin`).
+The evidence is gathered by the intake playbook's tools, as `triage analyze` does, and
+every registered rule runs on it; the named rule must be among those that fire.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO
+from triage.engine import gather
+from triage.models import Evidence, Finding
+from triage.playbooks import get_playbook
+from triage.registry import RULES, EvidenceSet, run_rules, select
+
+HERE = Path(__file__).resolve().parent
+CASES = sorted(p.parent for p in HERE.rglob("expected.json"))
+
+
+def _case_id(case: Path) -> str:
+    return str(case.relative_to(HERE))
+
+
+def _resolve(case: Path, name: str) -> str:
+    return str(REPO / name if name.startswith("tests/") else case / name)
+
+
+def fire(case: Path) -> tuple[dict[str, Any], list[Finding]]:
+    """Gather the case's evidence and run every rule on it; the named rule's findings."""
+    expected = json.loads((case / "expected.json").read_text())
+    targets = {"paths": [_resolve(case, name) for name in expected.get("inputs", [])]}
+    evidence = gather(get_playbook("analyze"), targets).evidence if targets["paths"] else []
+    if expected.get("evidence"):
+        recorded = json.loads(Path(_resolve(case, expected["evidence"])).read_text())
+        evidence += [Evidence.model_validate(item) for item in recorded]
+    found = [f for r, f in run_rules(select(["*"]), EvidenceSet(evidence)) if r.id == expected["rule_id"]]
+    return expected, found
+
+
+def test_every_rule_has_a_fixture() -> None:
+    covered = {json.loads((case / "expected.json").read_text())["rule_id"] for case in CASES}
+    bundled = {r.id for r in RULES.values() if r.detect.__module__.startswith("triage.rules.")}
+    assert not sorted(bundled - covered), "rules without a fixture under tests/rules/"
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_rule_fires_on_its_fixture(case: Path) -> None:
+    expected, found = fire(case)
+    assert case.relative_to(HERE).parts[0] == expected["rule_id"], "folder is the rule ID"
+    assert expected["rule_id"] in RULES, "no such rule"
+    assert expected.get("origin"), "say where the evidence came from"
+    assert found, f"{expected['rule_id']} did not fire"
+    finding = max(found, key=lambda f: f.confidence)
+    assert finding.cause_id == expected["cause_id"]
+    if "ranks" in expected:
+        assert finding.ranks == expected["ranks"]
+    where = expected.get("location")
+    if where:
+        assert finding.location is not None, "no location reported"
+        assert finding.location.file.endswith(where["file"]), finding.location
+        if "line" in where:
+            assert finding.location.line == where["line"], finding.location

@@ -1,0 +1,65 @@
+"""Logs: failure signatures, tracebacks and the files they were read from."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from triage.observations.payload import Payload
+from triage.observations.ranks import Frame
+
+
+class LogSignal(Payload):
+    """A log line matching a known failure signature, attributed to a rank where the log shows it."""
+
+    EVIDENCE_KIND: ClassVar[str] = "log_signal"
+
+    signature: str = Field(
+        description="Name from the signature table, e.g. 'nccl.watchdog_timeout'."
+    )
+    text: str = Field(description="The matching line (bounded), prefixes stripped.")
+    path: str
+    line: int = Field(description="1-based line number in the file.")
+    rank: int | None = None
+    local_rank: int | None = None
+    host: str | None = None
+    pid: int | None = None
+    peer_symptom: bool = Field(
+        default=False, description="The line reports another rank's failure, not its own."
+    )
+    fields: dict[str, Any] = Field(default_factory=dict)
+
+
+class TracebackRecord(Payload):
+    """A Python traceback or a stack dump found in a log, innermost frame first."""
+
+    EVIDENCE_KIND: ClassVar[str] = "traceback"
+
+    path: str
+    line: int
+    rank: int | None = None
+    local_rank: int | None = None
+    host: str | None = None
+    pid: int | None = None
+    exception: str | None = Field(default=None, description="Exception type, e.g. 'RuntimeError'.")
+    message: str = ""
+    frames: list[Frame] = Field(default_factory=list, description="Innermost first.")
+    user_frame: Frame | None = Field(default=None, description="Innermost frame of user code.")
+    dump: bool = Field(
+        default=False,
+        description="A stack dump of a live process (faulthandler, py-spy, or a traceback "
+        "forced by Ctrl-C or a launcher's SIGTERM), not the error itself.",
+    )
+
+
+class LogFile(Payload):
+    """A file the log scanner read, and what it learned about the file as a whole."""
+
+    EVIDENCE_KIND: ClassVar[str] = "log_file"
+
+    path: str
+    size: int
+    rank: int | None = Field(default=None, description="The first rank its lines name.")
+    lines: int = Field(description="Lines in the file.")
+    truncated_hits: int = Field(default=0, description="Matches dropped to bound memory.")
