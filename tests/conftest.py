@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from triage.engine import analyze, triage
+from triage.engine import follow
 from triage.models import Finding, Report
 from triage.playbooks import load_playbooks, symptom_playbooks
 from triage.plugins import load_all
@@ -36,8 +36,8 @@ def analyze_files(tmp_path: Path, files: dict[str, str], symptom: str | None = N
     by_symptom = symptom_playbooks(playbooks)
     targets = {"paths": [str(tmp_path)], "pids": []}
     if symptom is None:
-        return analyze(playbooks["analyze"], by_symptom, targets)
-    return triage(by_symptom[symptom], targets)
+        return follow(playbooks["analyze"], targets, by_symptom=by_symptom)
+    return follow(by_symptom[symptom], targets)
 
 
 def hypothesis(report: Report, cause: str) -> Finding:

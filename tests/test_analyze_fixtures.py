@@ -26,7 +26,8 @@ LOCATED = [d for d in CASES if "location" in json.loads((d / "expected.json").re
 
 
 def expected(directory: Path) -> dict[str, Any]:
-    return json.loads((directory / "expected.json").read_text())
+    data: dict[str, Any] = json.loads((directory / "expected.json").read_text())
+    return data
 
 
 @functools.cache
@@ -47,7 +48,7 @@ def verdict(report: dict[str, Any]) -> str:
     )
 
 
-def test_fixtures_match_the_scenarios_that_recorded_them():
+def test_fixtures_match_the_scenarios_that_recorded_them() -> None:
     assert {d.name for d in CASES} == set(FAILURES)
     for directory in CASES:
         want, failure = expected(directory), FAILURES[directory.name]
@@ -62,7 +63,7 @@ def test_fixtures_match_the_scenarios_that_recorded_them():
 
 
 @pytest.mark.parametrize("directory", CASES, ids=lambda p: p.name)
-def test_analyze_names_the_planted_cause(directory: Path):
+def test_analyze_names_the_planted_cause(directory: Path) -> None:
     want, report = expected(directory), analyze(directory)
     assert report["hypotheses"], f"no hypothesis; gaps: {report['gaps']}"
     top = report["hypotheses"][0]
@@ -70,14 +71,14 @@ def test_analyze_names_the_planted_cause(directory: Path):
 
 
 @pytest.mark.parametrize("directory", CASES, ids=lambda p: p.name)
-def test_analyze_blames_the_culprit_ranks_not_their_victims(directory: Path):
+def test_analyze_blames_the_culprit_ranks_not_their_victims(directory: Path) -> None:
     want, report = expected(directory), analyze(directory)
     assert report["hypotheses"], f"no hypothesis; gaps: {report['gaps']}"
     assert sorted(report["hypotheses"][0]["ranks"]) == want["culprit_ranks"], verdict(report)
 
 
 @pytest.mark.parametrize("directory", LOCATED, ids=lambda p: p.name)
-def test_analyze_points_at_the_faulting_line(directory: Path):
+def test_analyze_points_at_the_faulting_line(directory: Path) -> None:
     want, report = expected(directory), analyze(directory)
     assert report["hypotheses"], f"no hypothesis; gaps: {report['gaps']}"
     top = report["hypotheses"][0]

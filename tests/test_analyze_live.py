@@ -50,7 +50,7 @@ def gone(pid: int) -> bool:
         return True
 
 
-def test_a_launcher_past_its_time_is_killed_with_its_workers():
+def test_a_launcher_past_its_time_is_killed_with_its_workers() -> None:
     launcher = subprocess.Popen(
         [sys.executable, "-c", FAKE_LAUNCHER], stdout=subprocess.PIPE, start_new_session=True
     )
@@ -70,7 +70,7 @@ def test_a_launcher_past_its_time_is_killed_with_its_workers():
 
 @pytest.mark.scenario
 @requires_torch
-def test_crashed_rank_is_named_over_its_victims(tmp_path: Path):
+def test_crashed_rank_is_named_over_its_victims(tmp_path: Path) -> None:
     """Rank 1 raises in user code; rank 0 fails with gloo's closed connection."""
     failure = FAILURES["peer_crash"]
     run = run_failure(failure.name, tmp_path, timeout_s=90, nproc=2)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from typer.testing import CliRunner
 
 from tests.conftest import REPO
 from tests.fake_messages_api import (
+    FakeMessagesApi,
     message,
     overloaded,
     serving,
@@ -31,7 +33,7 @@ PLANTED = "hf_" + "Q7wErTy8UiOp9AsDfGh0JkLzXcVbNm1234"
 
 
 @pytest.fixture
-def messages_api(monkeypatch):
+def messages_api(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeMessagesApi]:
     yield from serving(monkeypatch)
 
 
@@ -39,7 +41,9 @@ def chat(*lines: str, args: tuple[str, ...] = ()) -> Any:
     return CliRunner().invoke(app, ["chat", *args], input="\n".join(lines) + "\n")
 
 
-def test_without_a_key_chat_is_a_guided_shell(monkeypatch, tmp_path):
+def test_without_a_key_chat_is_a_guided_shell(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
     saved = tmp_path / "incident.md"
@@ -72,7 +76,9 @@ def test_without_a_key_chat_is_a_guided_shell(monkeypatch, tmp_path):
     assert "- tool: `scan_logs: ok" in md and "## LLM review" not in md
 
 
-def test_chat_with_a_model_keeps_the_history_and_runs_tools(messages_api, tmp_path):
+def test_chat_with_a_model_keeps_the_history_and_runs_tools(
+    messages_api: FakeMessagesApi, tmp_path: Path
+) -> None:
     console_log = str(OOM_LOGS / "console.log")
     messages_api.script(
         message(tool_use("scan_logs", {"log_files": [console_log]})),
@@ -108,7 +114,9 @@ def test_chat_with_a_model_keeps_the_history_and_runs_tools(messages_api, tmp_pa
     assert "- **triage:** Raise the container's memory limit" in md
 
 
-def test_an_api_error_leaves_the_commands_working_and_the_history_clean(messages_api):
+def test_an_api_error_leaves_the_commands_working_and_the_history_clean(
+    messages_api: FakeMessagesApi,
+) -> None:
     messages_api.script(overloaded(), overloaded(), message(text("Now I can answer.")))
     done = chat("first question", "/tools", "second question", args=("--evidence", str(OOM_LOGS)))
     assert done.exit_code == 0, done.output
@@ -118,7 +126,7 @@ def test_an_api_error_leaves_the_commands_working_and_the_history_clean(messages
     assert len(retried) == 1 and "first question" not in retried[0]["content"][0]["text"]
 
 
-def test_the_last_step_of_a_turn_offers_no_tools(messages_api):
+def test_the_last_step_of_a_turn_offers_no_tools(messages_api: FakeMessagesApi) -> None:
     report, playbook = start([str(OOM_LOGS)], [], [])
     out = io.StringIO()
     session = ChatSession(
@@ -134,7 +142,7 @@ def test_the_last_step_of_a_turn_offers_no_tools(messages_api):
     assert "Done looking." in out.getvalue()
 
 
-def test_parse_params_takes_key_values_or_one_json_object():
+def test_parse_params_takes_key_values_or_one_json_object() -> None:
     assert parse_params('paths=["a b", "c"] n=3 name=x') == {
         "paths": ["a b", "c"],
         "n": 3,
@@ -147,7 +155,7 @@ def test_parse_params_takes_key_values_or_one_json_object():
             parse_params(bad)
 
 
-def test_save_never_overwrites(tmp_path: Path):
+def test_save_never_overwrites(tmp_path: Path) -> None:
     report, playbook = start([], [], [])
     out = io.StringIO()
     session = ChatSession(report, playbook, [], Console(file=out), LlmConfig())

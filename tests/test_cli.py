@@ -16,17 +16,18 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_tools_list_json_has_names_descriptions_schemas():
+def test_tools_list_json_has_names_descriptions_schemas() -> None:
     done = run("tools", "list", "--json")
     assert done.returncode == 0
     tools = {t["name"]: t for t in json.loads(done.stdout)}
     assert {"discover_ranks", "dump_stacks"} <= set(tools)
     assert tools["dump_stacks"]["input_schema"]["required"] == ["pids"]
     assert all(t["description"] for t in tools.values())
-    assert all(t["read_only"] is True for t in tools.values())  # every bundled tool only reads
+    # every bundled tool only reads, but the one that signals ranks, which says so
+    assert {n for n, t in tools.items() if t["read_only"] is not True} == {"signal_probes"}
 
 
-def test_tools_run_discovers_a_live_process():
+def test_tools_run_discovers_a_live_process() -> None:
     proc = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(60)"],
         env={"RANK": "1", "WORLD_SIZE": "2", "PATH": "/usr/bin:/bin"},
@@ -43,14 +44,14 @@ def test_tools_run_discovers_a_live_process():
         proc.wait()
 
 
-def test_tools_run_unknown_tool_and_bad_input_fail_cleanly():
+def test_tools_run_unknown_tool_and_bad_input_fail_cleanly() -> None:
     unknown = run("tools", "run", "nope")
     assert unknown.returncode == 2 and unknown.stderr.startswith("triage: error: unknown tool")
     bad = run("tools", "run", "dump_stacks", "pids=notalist")
     assert bad.returncode == 1 and "invalid input" in bad.stderr
 
 
-def test_playbooks_and_rules_docs():
+def test_playbooks_and_rules_docs() -> None:
     listed = run("playbooks", "list")
     assert listed.returncode == 0
     names = {line.split()[0] for line in listed.stdout.splitlines() if line[:1].strip()}
@@ -66,13 +67,13 @@ def test_playbooks_and_rules_docs():
     assert run("rules", "list", "--cause", "nothing.*").returncode == 2
 
 
-def test_hang_markdown_report_for_a_ticket():
+def test_hang_markdown_report_for_a_ticket() -> None:
     done = run("hang", "--format", "markdown", "--pids", str(2**22 + 99))
     assert done.stdout.startswith("# triage hang report")
     assert "## Gaps" in done.stdout and "## Tool runs" in done.stdout
 
 
-def test_hang_from_logs_alone_names_the_rank_past_the_loop():
+def test_hang_from_logs_alone_names_the_rank_past_the_loop() -> None:
     logs = Path(__file__).parent / "fixtures" / "logs" / "uneven_steps"
     done = run("hang", "--json", "--logs", str(logs))
     assert done.returncode == 0, done.stderr

@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from triage.engine import triage
+from triage.engine import follow
 from triage.models import Evidence, Finding
 from triage.observations import EnvironmentFacts, Gpu, IbPort, Interface, MasterCheck
 from triage.playbooks import get_playbook
@@ -47,8 +47,11 @@ def clean_env() -> dict[str, str]:
     }
 
 
+Spawn = Callable[..., subprocess.Popen[str]]
+
+
 @pytest.fixture
-def spawn() -> Iterator[Callable[..., subprocess.Popen[str]]]:
+def spawn() -> Iterator[Spawn]:
     """Start a sleeping Python process with extra variables; returns once it runs."""
     started: list[subprocess.Popen[str]] = []
 
@@ -113,7 +116,7 @@ def test_interface_selection_follows_nccl_and_gloo_syntax(
 # --- the tool on live processes ----------------------------------------------------------
 
 
-def test_reads_a_rank_flags_its_missing_interface_and_hides_secrets(spawn) -> None:
+def test_reads_a_rank_flags_its_missing_interface_and_hides_secrets(spawn: Spawn) -> None:
     port = free_port()
     child = spawn(
         rank_env(
@@ -144,7 +147,7 @@ def test_reads_a_rank_flags_its_missing_interface_and_hides_secrets(spawn) -> No
     assert findings[0].confidence >= 0.85 and "doesnotexist0" in findings[0].title
 
 
-def test_limits_come_from_the_rank_not_from_triage(spawn) -> None:
+def test_limits_come_from_the_rank_not_from_triage(spawn: Spawn) -> None:
     child = spawn(rank_env(0))
     run = REGISTRY.run("check_environment", {"pids": [child.pid]})
     rank = EnvironmentFacts.model_validate(run.evidence[0].data)
@@ -157,7 +160,7 @@ def test_limits_come_from_the_rank_not_from_triage(spawn) -> None:
         assert rank.memlock_bytes == int(value)
 
 
-def test_reachable_master_and_unresolvable_name(spawn) -> None:
+def test_reachable_master_and_unresolvable_name(spawn: Spawn) -> None:
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
@@ -174,7 +177,7 @@ def test_reachable_master_and_unresolvable_name(spawn) -> None:
     ]
 
 
-def test_misconfigured_job_through_the_config_playbook(spawn) -> None:
+def test_misconfigured_job_through_the_config_playbook(spawn: Spawn) -> None:
     """One pid given: discover_ranks finds its peers, check_environment compares them."""
     port = free_port()
     common = {"TORCHELASTIC_RUN_ID": f"job{port}", "CUDA_VISIBLE_DEVICES": "0"}
@@ -184,7 +187,7 @@ def test_misconfigured_job_through_the_config_playbook(spawn) -> None:
     odd["LOCAL_WORLD_SIZE"] = "3"
     del odd["MASTER_PORT"]
     spawn(odd)
-    report = triage(get_playbook("config"), {"pids": [first.pid]})
+    report = follow(get_playbook("config"), {"pids": [first.pid]})
     assert [r.tool for r in report.tool_runs] == ["discover_ranks", "check_environment"]
     by_cause = {h.cause_id: h for h in report.hypotheses}
     assert by_cause["config.world_size_mismatch"].ranks == [2]
@@ -211,7 +214,7 @@ CONTAINER = (
 @pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare"
 )
-def test_ranks_in_a_container_are_judged_by_its_shm_and_network(spawn) -> None:
+def test_ranks_in_a_container_are_judged_by_its_shm_and_network(spawn: Spawn) -> None:
     """Two ranks share a container-like namespace: 64 MB /dev/shm, only `lo`. The host has
     a large /dev/shm and an eth0; the rules must judge what the ranks see."""
     prefix = ["unshare", "--mount", "--net", "sh", "-c", CONTAINER]
@@ -233,7 +236,7 @@ def test_ranks_in_a_container_are_judged_by_its_shm_and_network(spawn) -> None:
     assert "container's network" in nic[0].summary
 
 
-def test_gone_pids_are_gaps_or_an_error(spawn) -> None:
+def test_gone_pids_are_gaps_or_an_error(spawn: Spawn) -> None:
     child = spawn(rank_env(0))
     gone = 2**22 + 4242
     run = REGISTRY.run("check_environment", {"pids": [child.pid, gone]})
@@ -245,7 +248,7 @@ def test_gone_pids_are_gaps_or_an_error(spawn) -> None:
 
 
 def test_without_nvidia_smi_gpus_are_a_gap(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sys.modules["triage.tools.check_environment"].shutil, "which", lambda name: None)
+    monkeypatch.setattr(sys.modules["triage.readers.host_facts"].shutil, "which", lambda name: None)
     run = REGISTRY.run("check_environment", {})
     host = EnvironmentFacts.model_validate(run.evidence[0].data)
     assert host.gpus is None

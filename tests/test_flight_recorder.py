@@ -46,7 +46,8 @@ MEMORY = REPO / "tests" / "fixtures" / "memory"
 
 
 def expected(folder: Path) -> dict[str, Any]:
-    return json.loads((folder / "expected.json").read_text())
+    data: dict[str, Any] = json.loads((folder / "expected.json").read_text())
+    return data
 
 
 def dump_files(folder: Path) -> list[Path]:
@@ -84,7 +85,7 @@ def generated(tmp_path: Path, kind: str, *, ranks: int = 8, entries: int = 60, *
 # --- real gloo dumps ---------------------------------------------------------------------
 
 
-def test_real_fixtures_cover_every_fault_gloo_can_show():
+def test_real_fixtures_cover_every_fault_gloo_can_show() -> None:
     causes = {expected(d)["cause_id"] for d in REAL}
     assert causes == {
         "hang.mismatched_collective",
@@ -100,7 +101,7 @@ def test_real_fixtures_cover_every_fault_gloo_can_show():
 
 
 @pytest.mark.parametrize("folder", REAL, ids=lambda p: p.name)
-def test_real_gloo_dumps_name_cause_culprits_and_line(folder: Path):
+def test_real_gloo_dumps_name_cause_culprits_and_line(folder: Path) -> None:
     want = expected(folder)
     run = run_tool(
         pickle_files=[str(p) for p in dump_files(folder) if p.suffix == ".pickle"],
@@ -119,7 +120,7 @@ def test_real_gloo_dumps_name_cause_culprits_and_line(folder: Path):
         assert [loc.line for loc in best.other_locations] == [want["waiting_line"]]
 
 
-def test_analyze_names_cause_culprit_and_user_line_end_to_end():
+def test_analyze_names_cause_culprit_and_user_line_end_to_end() -> None:
     folder = FIXTURES / "mismatched_collective"
     report = analyze(folder)
     top = report["hypotheses"][0]
@@ -131,7 +132,7 @@ def test_analyze_names_cause_culprit_and_user_line_end_to_end():
     assert not report["gaps"]  # expected.json is skipped without a word
 
 
-def test_a_rank_that_ran_out_of_batches_is_uneven_inputs_not_a_mismatch():
+def test_a_rank_that_ran_out_of_batches_is_uneven_inputs_not_a_mismatch() -> None:
     """Rank 3's barrier after the loop meets the others' gradient all_reduce at one seq."""
     folder = FIXTURES / "uneven_inputs"
     report = analyze(folder)
@@ -169,7 +170,7 @@ def side(state: str, ranks: list[int], op: str, file: Path | str, line: int) -> 
     )
 
 
-def test_left_the_loop_reads_the_source(tmp_path: Path):
+def test_left_the_loop_reads_the_source(tmp_path: Path) -> None:
     from triage.rules.fr._stuck_groups import left_the_loop
 
     train = tmp_path / "train.py"
@@ -186,7 +187,7 @@ def test_left_the_loop_reads_the_source(tmp_path: Path):
     assert left_the_loop(gone, side("waiting", [0], "all_reduce", tmp_path / "gone.py", 6)) is None
 
 
-def test_a_barrier_in_a_rank_branch_is_a_mismatch_one_after_the_loop_uneven(tmp_path: Path):
+def test_a_barrier_in_a_rank_branch_is_a_mismatch_one_after_the_loop_uneven(tmp_path: Path) -> None:
     from triage.registry import EvidenceSet, run_rules, select
 
     train = tmp_path / "train.py"
@@ -215,13 +216,13 @@ def test_a_barrier_in_a_rank_branch_is_a_mismatch_one_after_the_loop_uneven(tmp_
     assert unread["hang.uneven_inputs"][1] < unread["hang.mismatched_collective"][1]
 
 
-def test_hang_playbook_reads_a_flight_recorder_dir():
+def test_hang_playbook_reads_a_flight_recorder_dir() -> None:
     """What `triage hang --flight-recorder DIR` hands the engine."""
-    from triage.engine import triage
+    from triage.engine import follow
     from triage.playbooks import get_playbook
 
     folder = FIXTURES / "rank_not_in_collective"
-    report = triage(get_playbook("hang"), {"flight_recorder_dir": str(folder)})
+    report = follow(get_playbook("hang"), {"flight_recorder_dir": str(folder)})
     assert [r.tool for r in report.tool_runs] == ["read_flight_recorder"]
     assert report.verdict is not None
     assert (report.verdict.cause_id, report.verdict.ranks) == ("hang.rank_not_in_collective", [2])
@@ -229,7 +230,7 @@ def test_hang_playbook_reads_a_flight_recorder_dir():
 
 
 @pytest.mark.parametrize("folder", REAL, ids=lambda p: p.name)
-def test_flight_recorder_alone_groups_every_rank_once(folder: Path):
+def test_flight_recorder_alone_groups_every_rank_once(folder: Path) -> None:
     """No stacks: the report's ranks-by-state table comes from the stuck points' sides."""
     want = expected(folder)
     groups = analyze(folder)["rank_groups"]
@@ -246,7 +247,7 @@ def test_flight_recorder_alone_groups_every_rank_once(folder: Path):
         )
 
 
-def test_a_rank_is_grouped_by_the_op_it_waits_in_across_groups():
+def test_a_rank_is_grouped_by_the_op_it_waits_in_across_groups() -> None:
     """Rank 3 holds up group 1 while it waits in group 0's all_reduce with rank 0: one line."""
     groups = analyze(FIXTURES / "subgroup_mismatch")["rank_groups"]
     assert [(g["ranks"], g["state"]) for g in groups] == [
@@ -256,7 +257,7 @@ def test_a_rank_is_grouped_by_the_op_it_waits_in_across_groups():
     assert "rank 3 never enqueued it" in groups[0]["detail"]
 
 
-def test_hang_report_from_flight_recorder_shows_ranks_by_state():
+def test_hang_report_from_flight_recorder_shows_ranks_by_state() -> None:
     folder = FIXTURES / "rank_not_in_collective"
     result = CliRunner().invoke(
         app, ["hang", "--flight-recorder", str(folder)], env={"COLUMNS": "200"}
@@ -266,7 +267,7 @@ def test_hang_report_from_flight_recorder_shows_ranks_by_state():
     assert "Capture Flight Recorder dumps" not in result.output  # they were read
 
 
-def test_flight_recorder_groups_name_ranks_without_a_dump_and_p2p_waits(tmp_path: Path):
+def test_flight_recorder_groups_name_ranks_without_a_dump_and_p2p_waits(tmp_path: Path) -> None:
     from triage.grouping import group_ranks
     from triage.registry import EvidenceSet
 
@@ -283,7 +284,7 @@ def test_flight_recorder_groups_name_ranks_without_a_dump_and_p2p_waits(tmp_path
     assert "cycle" in group.detail
 
 
-def test_gloo_group_config_is_not_taken_for_membership():
+def test_gloo_group_config_is_not_taken_for_membership() -> None:
     """gloo writes pg_config as one unnamed item with the last created group's *local*
     ranks ([0, 1, 2] here): membership must come from the entries."""
     data = load_untrusted(FIXTURES / "subgroup_mismatch" / "node07_rank3.pickle")
@@ -298,7 +299,7 @@ def test_gloo_group_config_is_not_taken_for_membership():
     assert default.waits_on == [f"1:{subgroup.seq}"]
 
 
-def test_fast_and_general_paths_agree_on_real_and_generated_dumps(tmp_path: Path):
+def test_fast_and_general_paths_agree_on_real_and_generated_dumps(tmp_path: Path) -> None:
     paths = [p for d in REAL for p in dump_files(d) if p.suffix == ".pickle"]
     for kind in ("mismatched_collective", "p2p_deadlock", "scheduled"):
         paths += dump_files(generated(tmp_path, kind, entries=300))
@@ -339,13 +340,15 @@ def _summary(dump: fr.RankDump) -> Any:
         ("dump.pickle", None),
     ],
 )
-def test_rank_from_file_name(name: str, rank: int | None):
+def test_rank_from_file_name(name: str, rank: int | None) -> None:
     assert fr.rank_from_name(f"/x/{name}") == rank
 
 
 @pytest.mark.parametrize("version", ["2.4", "2.7", "2.10"])
 @pytest.mark.parametrize("fmt", ["pickle", "json"])
-def test_every_format_version_and_encoding_reads_alike(tmp_path: Path, version: str, fmt: str):
+def test_every_format_version_and_encoding_reads_alike(
+    tmp_path: Path, version: str, fmt: str
+) -> None:
     job, calls, planted = plant("mismatched_collective", 8, 40, 5)
     job = replace(job, version=version)
     folder = tmp_path / f"{fmt}{version}"
@@ -359,7 +362,7 @@ def test_every_format_version_and_encoding_reads_alike(tmp_path: Path, version: 
     assert overview.data["versions"] == [version]
 
 
-def test_old_keys_and_missing_fields_are_tolerated():
+def test_old_keys_and_missing_fields_are_tolerated() -> None:
     """Dumps before pg_status and is_p2p existed: seq_id, no dtypes, states from times."""
     entries = [
         {
@@ -383,7 +386,7 @@ def test_old_keys_and_missing_fields_are_tolerated():
     assert track.first_pending is not None and track.first_pending.state == "started"
 
 
-def test_rank_comes_from_the_dump_before_the_file_name(tmp_path: Path):
+def test_rank_comes_from_the_dump_before_the_file_name(tmp_path: Path) -> None:
     """Tensor x data parallel: the one rank all of a dump's groups share is its rank."""
     groups = [Group("0", "default_pg", tuple(range(8)))]
     groups += [Group(str(1 + i), "tp", tuple(range(4 * i, 4 * i + 4))) for i in range(2)]
@@ -402,7 +405,7 @@ def test_rank_comes_from_the_dump_before_the_file_name(tmp_path: Path):
     assert any("named rank 7" in g.reason and "rank 2" in g.reason for g in run.gaps)
 
 
-def test_other_pickles_and_json_are_skipped_silently(tmp_path: Path):
+def test_other_pickles_and_json_are_skipped_silently(tmp_path: Path) -> None:
     folder = tmp_path / "mixed"
     shutil.copytree(FIXTURES / "rank_not_in_collective", folder)
     shutil.copy(MEMORY / "fragmented" / "snapshot.pickle", folder / "snapshot.pickle")
@@ -430,7 +433,7 @@ class _Payload:
         return (os.system, (f"touch {self.marker}",))
 
 
-def test_malicious_and_truncated_dumps_are_gaps_and_the_verdict_stands(tmp_path: Path):
+def test_malicious_and_truncated_dumps_are_gaps_and_the_verdict_stands(tmp_path: Path) -> None:
     folder = tmp_path / "dumps"
     shutil.copytree(FIXTURES / "mismatched_collective", folder)
     marker = tmp_path / "pwned"
@@ -456,7 +459,7 @@ def test_malicious_and_truncated_dumps_are_gaps_and_the_verdict_stands(tmp_path:
     assert sides == {"waiting": [1], "other_op": [0], "unreadable": [2, 3]}
 
 
-def test_a_torch_layout_dump_with_code_in_its_header_is_refused(tmp_path: Path):
+def test_a_torch_layout_dump_with_code_in_its_header_is_refused(tmp_path: Path) -> None:
     """The fast path unpickles the header itself: a global there is refused, not run."""
     folder = generated(tmp_path, "mismatched_collective", entries=100)
     path = dump_files(folder)[0]
@@ -474,7 +477,7 @@ def test_a_torch_layout_dump_with_code_in_its_header_is_refused(tmp_path: Path):
     assert findings(run)["hang.mismatched_collective"].ranks == [3]
 
 
-def test_when_no_dump_can_be_read_every_file_is_a_gap(tmp_path: Path):
+def test_when_no_dump_can_be_read_every_file_is_a_gap(tmp_path: Path) -> None:
     good = load_untrusted(FIXTURES / "mismatched_collective" / "node07_rank0.pickle")
     marker = tmp_path / "pwned"
     evil = {**good, "pg_status": _Payload(marker)}
@@ -486,7 +489,7 @@ def test_when_no_dump_can_be_read_every_file_is_a_gap(tmp_path: Path):
     assert not marker.exists()
 
 
-def test_a_missing_rank_file_is_a_gap_and_a_rank_exited_lead(tmp_path: Path):
+def test_a_missing_rank_file_is_a_gap_and_a_rank_exited_lead(tmp_path: Path) -> None:
     folder = generated(tmp_path, "rank_exited")
     run = run_tool(pickle_files=[str(p) for p in dump_files(folder)])
     assert any("no dump from rank 3 of 8" in g.reason for g in run.gaps)
@@ -495,7 +498,7 @@ def test_a_missing_rank_file_is_a_gap_and_a_rank_exited_lead(tmp_path: Path):
     assert "exit" in found.confirm
 
 
-def test_flight_recorder_dir_reads_any_names_and_reports_misnamed_files(tmp_path: Path):
+def test_flight_recorder_dir_reads_any_names_and_reports_misnamed_files(tmp_path: Path) -> None:
     folder = generated(tmp_path, "shape_mismatch", prefix="fr-")
     (folder / "fr-8").write_text('{"not": "a dump"}')
     run = run_tool(flight_recorder_dir=str(folder))
@@ -511,7 +514,7 @@ def test_flight_recorder_dir_reads_any_names_and_reports_misnamed_files(tmp_path
 @pytest.mark.parametrize(
     "kind", ["rank_not_in_collective", "mismatched_collective", "shape_mismatch", "scheduled"]
 )
-def test_generated_nccl_faults_name_cause_culprit_and_line(tmp_path: Path, kind: str):
+def test_generated_nccl_faults_name_cause_culprit_and_line(tmp_path: Path, kind: str) -> None:
     job, calls, planted = plant(kind, 16, 80, 11)
     write_dumps(tmp_path, job, calls)
     run = run_tool(pickle_files=[str(p) for p in dump_files(tmp_path)])
@@ -521,7 +524,7 @@ def test_generated_nccl_faults_name_cause_culprit_and_line(tmp_path: Path, kind:
     assert best.location is not None and best.location.line == planted.line
 
 
-def test_send_send_deadlock_names_both_sides(tmp_path: Path):
+def test_send_send_deadlock_names_both_sides(tmp_path: Path) -> None:
     folder = generated(tmp_path, "p2p_deadlock")
     best = findings(run_tool(pickle_files=[str(p) for p in dump_files(folder)]))
     found = best["hang.p2p_deadlock"]
@@ -530,7 +533,7 @@ def test_send_send_deadlock_names_both_sides(tmp_path: Path):
     assert found.location is not None and found.location.line == FAULT_LINE
 
 
-def test_an_unmatched_recv_points_at_the_peer_that_never_sends(tmp_path: Path):
+def test_an_unmatched_recv_points_at_the_peer_that_never_sends(tmp_path: Path) -> None:
     job = Job(4)
     done = history(10, final_state="completed")
     calls = {1: [*done, Call("recv", peer=2, state="started", line=88)]}
@@ -541,7 +544,7 @@ def test_an_unmatched_recv_points_at_the_peer_that_never_sends(tmp_path: Path):
     assert "posted no matching op" in p2p.summary
 
 
-def test_recv_recv_deadlock_names_both_sides(tmp_path: Path):
+def test_recv_recv_deadlock_names_both_sides(tmp_path: Path) -> None:
     job = Job(4)
     done = history(6, final_state="completed")
     calls = {
@@ -555,7 +558,7 @@ def test_recv_recv_deadlock_names_both_sides(tmp_path: Path):
     assert "all receive first" in p2p.summary
 
 
-def test_matched_sends_are_not_a_deadlock(tmp_path: Path):
+def test_matched_sends_are_not_a_deadlock(tmp_path: Path) -> None:
     job = Job(2)
     done = history(5, final_state="completed")
     calls = {
@@ -567,7 +570,7 @@ def test_matched_sends_are_not_a_deadlock(tmp_path: Path):
     assert not [e for e in run.evidence if e.kind == "fr_p2p"]
 
 
-def test_a_rank_behind_in_a_collective_the_others_finished(tmp_path: Path):
+def test_a_rank_behind_in_a_collective_the_others_finished(tmp_path: Path) -> None:
     job = Job(4)
     done = history(8, final_state="completed")
     ahead = [*done, Call("all_reduce", state="started", line=50)]
@@ -580,7 +583,7 @@ def test_a_rank_behind_in_a_collective_the_others_finished(tmp_path: Path):
     assert behind.location is not None and behind.location.line == 44
 
 
-def test_every_rank_in_the_same_collective_shows_no_culprit(tmp_path: Path):
+def test_every_rank_in_the_same_collective_shows_no_culprit(tmp_path: Path) -> None:
     job = Job(8)
     write_dumps(tmp_path, job, lambda r: history(12))
     found = findings(run_tool(pickle_files=[str(p) for p in dump_files(tmp_path)]))
@@ -589,7 +592,7 @@ def test_every_rank_in_the_same_collective_shows_no_culprit(tmp_path: Path):
     assert "no culprit" in found["hang.unknown"].summary
 
 
-def test_a_member_that_never_created_the_group_is_a_subgroup_mismatch(tmp_path: Path):
+def test_a_member_that_never_created_the_group_is_a_subgroup_mismatch(tmp_path: Path) -> None:
     groups = [Group("0", "default_pg", (0, 1, 2, 3)), Group("1", "aux", (1, 2, 3))]
     job = Job(4, groups=groups)
     done = history(6, final_state="completed")
@@ -608,7 +611,7 @@ def test_a_member_that_never_created_the_group_is_a_subgroup_mismatch(tmp_path: 
 # --- scale: bounded evidence, linear work ------------------------------------------------
 
 
-def test_evidence_stays_bounded_for_thousands_of_ranks(tmp_path: Path):
+def test_evidence_stays_bounded_for_thousands_of_ranks(tmp_path: Path) -> None:
     job = Job(1024)
     normal = history(30)
     idle = normal[:-1]
@@ -621,7 +624,9 @@ def test_evidence_stays_bounded_for_thousands_of_ranks(tmp_path: Path):
     assert len(json.dumps([e.model_dump() for e in run.evidence])) < 64_000
 
 
-def test_work_per_rank_does_not_grow_with_its_entries(tmp_path: Path, monkeypatch):
+def test_work_per_rank_does_not_grow_with_its_entries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Linear structure without timing: the fast path decodes a bounded number of entries
     per file whatever the buffer size, and keeps a bounded summary."""
     decoded: list[int] = []
@@ -644,7 +649,7 @@ def test_work_per_rank_does_not_grow_with_its_entries(tmp_path: Path, monkeypatc
     assert sizes[2000][1] <= fr.RECENT + fr.WINDOW + fr.P2P_KEEP + 2
 
 
-def test_work_grows_with_ranks_not_faster(tmp_path: Path, monkeypatch):
+def test_work_grows_with_ranks_not_faster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Entries reduced grow in proportion to ranks (no rank re-reads another's dump), and
     a group's member list is parsed once and shared by all dumps, not copied per dump."""
     calls = 0
@@ -669,7 +674,7 @@ def test_work_grows_with_ranks_not_faster(tmp_path: Path, monkeypatch):
     assert seen[256] == 4 * seen[64]
 
 
-def test_a_large_dump_is_read_at_its_head_and_tail_only(tmp_path: Path):
+def test_a_large_dump_is_read_at_its_head_and_tail_only(tmp_path: Path) -> None:
     folder = generated(tmp_path, "mismatched_collective", entries=2000)
     path = dump_files(folder)[3]
     size = path.stat().st_size
@@ -681,7 +686,9 @@ def test_a_large_dump_is_read_at_its_head_and_tail_only(tmp_path: Path):
 
 
 @pytest.mark.parametrize("sub", [b"}(h", b"Float", b"nccl:all_reduce", b"\x89", b"absent!"])
-def test_the_lazy_view_answers_like_bytes(tmp_path: Path, monkeypatch, sub: bytes):
+def test_the_lazy_view_answers_like_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sub: bytes
+) -> None:
     monkeypatch.setattr(fr, "TAIL_BYTES", 4096)
     folder = generated(tmp_path, "scheduled", entries=300)
     path = dump_files(folder)[0]
@@ -700,7 +707,7 @@ def test_the_lazy_view_answers_like_bytes(tmp_path: Path, monkeypatch, sub: byte
                 assert view.count(sub, start, end) == data.count(sub, start, end)
 
 
-def test_parallel_reading_matches_sequential(tmp_path: Path):
+def test_parallel_reading_matches_sequential(tmp_path: Path) -> None:
     folder = generated(tmp_path, "mismatched_collective", ranks=fr.PARALLEL_FILES + 8)
     paths = [str(p) for p in dump_files(folder)]
     (folder / "junk.pickle").write_bytes(b"\x80\x02collective_seq_id")
@@ -710,7 +717,7 @@ def test_parallel_reading_matches_sequential(tmp_path: Path):
     assert parallel.unreadable == serial.unreadable and len(parallel.unreadable) == 1
 
 
-def test_json_dumps_of_the_generator_match_torch_json(tmp_path: Path):
+def test_json_dumps_of_the_generator_match_torch_json(tmp_path: Path) -> None:
     """The generator's JSON looks like torch's (keys, string pg_status, no frames)."""
     real = json.loads((FIXTURES / "mismatched_collective_json" / "node07-0.json").read_text())
     job, calls, _ = plant("mismatched_collective", 4, 5, 0)

@@ -29,7 +29,7 @@ def stack(rank: int | None, op: str | None, line: int, *, pid: int, source: str)
     )
 
 
-def test_the_last_dump_of_a_rank_is_its_state():
+def test_the_last_dump_of_a_rank_is_its_state() -> None:
     evidence = EvidenceSet(
         [
             stack(3, None, 12, pid=-4, source="rank3.txt:1"),  # a minute earlier: computing
@@ -44,7 +44,7 @@ def test_the_last_dump_of_a_rank_is_its_state():
     assert not any("train.py:12" in line for line in merged_stacks(evidence))
 
 
-def test_a_live_stack_is_newer_than_a_dump_in_a_log():
+def test_a_live_stack_is_newer_than_a_dump_in_a_log() -> None:
     evidence = EvidenceSet(
         [
             stack(1, "all_reduce", 6, pid=4321, source="pid:4321"),
@@ -55,7 +55,7 @@ def test_a_live_stack_is_newer_than_a_dump_in_a_log():
     assert item.source == "pid:4321" and state.op == "all_reduce"
 
 
-def test_stacks_of_unknown_rank_stay_apart_by_pid():
+def test_stacks_of_unknown_rank_stay_apart_by_pid() -> None:
     evidence = EvidenceSet(
         [
             stack(None, "all_reduce", 6, pid=101, source="pid:101"),
@@ -126,7 +126,7 @@ Extension modules: numpy._core._multiarray_umath, numpy.linalg._umath_linalg, to
 """
 
 
-def test_analyze_counts_a_rank_dumped_three_times_once(tmp_path: Path):
+def test_analyze_counts_a_rank_dumped_three_times_once(tmp_path: Path) -> None:
     report = analyze_files(
         tmp_path,
         {"rank0.txt": RANK0, "rank1.txt": RANK1_TWICE, "rank1.log": RANK1_FAULTHANDLER},

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -38,12 +39,16 @@ def native_sleeper() -> Iterator[subprocess.Popen[bytes]]:
         proc.wait()
 
 
-def run_hang(*pids: int, env: dict[str, str] | None = None, prefix: list[str] | None = None):
+def run_hang(
+    *pids: int, env: dict[str, str] | None = None, prefix: list[str] | None = None
+) -> subprocess.CompletedProcess[str]:
     cmd = (prefix or []) + triage_cli("hang", "--json", "--pids", *map(str, pids))
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env, check=False)
 
 
-def test_not_a_python_process_is_a_gap(native_sleeper, python_sleeper):
+def test_not_a_python_process_is_a_gap(
+    native_sleeper: subprocess.Popen[bytes], python_sleeper: subprocess.Popen[bytes]
+) -> None:
     done = run_hang(native_sleeper.pid, python_sleeper.pid)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
@@ -53,13 +58,15 @@ def test_not_a_python_process_is_a_gap(native_sleeper, python_sleeper):
     assert [e["source"] for e in stacks] == [f"pid:{python_sleeper.pid}"]  # the rest still covered
 
 
-def test_dump_timeout_is_a_gap(python_sleeper):
+def test_dump_timeout_is_a_gap(python_sleeper: subprocess.Popen[bytes]) -> None:
     run = REGISTRY.run("dump_stacks", {"pids": [python_sleeper.pid], "timeout_s": 0.001})
     assert "timed out" in run.gaps[0].reason
     assert run.gaps[0].hint
 
 
-def test_missing_py_spy_says_how_to_install(python_sleeper, monkeypatch):
+def test_missing_py_spy_says_how_to_install(
+    python_sleeper: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(shutil, "which", lambda *a, **k: None)
     run = REGISTRY.run("dump_stacks", {"pids": [python_sleeper.pid]})
     assert run.result.status.value == "error"
@@ -67,7 +74,7 @@ def test_missing_py_spy_says_how_to_install(python_sleeper, monkeypatch):
     assert "pip install py-spy" in (run.gaps[0].hint or "")
 
 
-def test_gone_pid_exits_1_with_one_line_and_the_report(tmp_path):
+def test_gone_pid_exits_1_with_one_line_and_the_report(tmp_path: Path) -> None:
     done = run_hang(2**22 + 4321)
     assert done.returncode == 1
     assert json.loads(done.stdout)["gaps"]  # the evidence gathered so far is still printed
@@ -77,7 +84,7 @@ def test_gone_pid_exits_1_with_one_line_and_the_report(tmp_path):
 @pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to drop privileges"
 )
-def test_permission_denied_names_ptrace_fix(python_sleeper):
+def test_permission_denied_names_ptrace_fix(python_sleeper: subprocess.Popen[bytes]) -> None:
     prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
     env = dict(os.environ, HOME="/tmp")
     done = run_hang(python_sleeper.pid, env=env, prefix=prefix)
@@ -88,7 +95,7 @@ def test_permission_denied_names_ptrace_fix(python_sleeper):
     assert any("CAP_SYS_PTRACE" in (g["hint"] or "") for g in gaps)
 
 
-def test_usage_errors_exit_2_without_traceback():
+def test_usage_errors_exit_2_without_traceback() -> None:
     done = subprocess.run(triage_cli("hang"), capture_output=True, text=True, check=False)
     assert done.returncode == 2
     assert done.stderr.startswith("triage: error:") and "Traceback" not in done.stderr
@@ -98,7 +105,9 @@ def test_usage_errors_exit_2_without_traceback():
     assert bad.returncode == 2 and "process ids" in bad.stderr
 
 
-def test_early_dumps_start_only_for_the_pids_after_pids(python_sleeper, monkeypatch):
+def test_early_dumps_start_only_for_the_pids_after_pids(
+    python_sleeper: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`start_early` reads `hang --pids P...` only: a launcher pid or a timeout is no rank."""
     started: list[int] = []
     monkeypatch.setattr(pyspy, "start_dump", lambda _bin, pid, with_locals: started.append(pid))
@@ -109,7 +118,9 @@ def test_early_dumps_start_only_for_the_pids_after_pids(python_sleeper, monkeypa
     pyspy._early.clear()
 
 
-def test_an_early_dump_is_the_one_the_stack_tool_reads(python_sleeper):
+def test_an_early_dump_is_the_one_the_stack_tool_reads(
+    python_sleeper: subprocess.Popen[bytes],
+) -> None:
     pyspy.start_early(["hang", "--pids", str(python_sleeper.pid)])
     early = pyspy._early[python_sleeper.pid][1]
     run = REGISTRY.run("dump_stacks", {"pids": [python_sleeper.pid], "with_locals": False})

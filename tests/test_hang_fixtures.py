@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,7 @@ FIXTURES = REPO / "tests" / "fixtures" / "stacks"
 SCENARIO_DIRS = sorted(p.parent for p in FIXTURES.glob("*/meta.json"))
 
 
-def replay(directory: Path) -> tuple[dict, Report]:
+def replay(directory: Path) -> tuple[dict[str, Any], Report]:
     meta = json.loads((directory / "meta.json").read_text())
     script = str(REPO / meta["script"])
     evidence = []
@@ -54,7 +55,7 @@ def replay(directory: Path) -> tuple[dict, Report]:
     return meta, decide(get_playbook("hang"), report)
 
 
-def test_fixtures_exist_and_match_their_scripts():
+def test_fixtures_exist_and_match_their_scripts() -> None:
     assert len(SCENARIO_DIRS) >= 6
     for directory in SCENARIO_DIRS:
         meta = json.loads((directory / "meta.json").read_text())
@@ -63,7 +64,7 @@ def test_fixtures_exist_and_match_their_scripts():
 
 
 @pytest.mark.parametrize("directory", SCENARIO_DIRS, ids=lambda p: p.name)
-def test_recorded_hang_yields_cause_and_culprits(directory: Path):
+def test_recorded_hang_yields_cause_and_culprits(directory: Path) -> None:
     meta, report = replay(directory)
     top = report.hypotheses[0]
     if meta["exited_ranks"]:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+
+import pytest
 
 from triage.engine import decide
 from triage.models import Evidence, Report
-from triage.observations import Frame, MissingRank, RankProcess
+from triage.observations import Frame, MissingRank, RankProcess, RankState
 from triage.playbooks import get_playbook
 from triage.readers.stacks import classify
 
@@ -30,7 +33,9 @@ def main():
 """
 
 
-def state(rank: int, op: str | None, file: str, line: int, active: bool = False, **locals_: str):
+def state(
+    rank: int, op: str | None, file: str, line: int, active: bool = False, **locals_: str
+) -> RankState:
     frames = [
         Frame(function="train", file=file, line=line),
         Frame(function="main", file=file, line=13),
@@ -40,7 +45,11 @@ def state(rank: int, op: str | None, file: str, line: int, active: bool = False,
     return classify(frames, pid=1000 + rank, rank=rank, active=active)
 
 
-def report_of(*states, missing=(), processes=()) -> Report:
+def report_of(
+    *states: RankState,
+    missing: Sequence[MissingRank] = (),
+    processes: Sequence[RankProcess] = (),
+) -> Report:
     evidence = [
         Evidence(
             id=f"stack:rank{s.rank}",
@@ -75,7 +84,7 @@ def source(tmp_path: Path) -> str:
     return str(path)
 
 
-def test_conditional_collective_is_a_mismatch_with_its_branch(tmp_path):
+def test_conditional_collective_is_a_mismatch_with_its_branch(tmp_path: Path) -> None:
     f = source(tmp_path)
     report = report_of(
         state(0, "broadcast", f, 8), *(state(r, "all_reduce", f, 6) for r in (1, 2, 3))
@@ -87,7 +96,7 @@ def test_conditional_collective_is_a_mismatch_with_its_branch(tmp_path):
     assert [g.ranks for g in report.rank_groups] == [[1, 2, 3], [0]]
 
 
-def test_rank_past_the_loop_is_uneven_inputs(tmp_path):
+def test_rank_past_the_loop_is_uneven_inputs(tmp_path: Path) -> None:
     f = source(tmp_path)
     report = report_of(
         state(3, "barrier", f, 9), *(state(r, "all_reduce", f, 6) for r in (0, 1, 2))
@@ -98,7 +107,7 @@ def test_rank_past_the_loop_is_uneven_inputs(tmp_path):
     assert "hang.mismatched_collective" not in [h.cause_id for h in report.hypotheses]
 
 
-def test_busy_rank_is_not_in_collective(tmp_path):
+def test_busy_rank_is_not_in_collective(tmp_path: Path) -> None:
     f = source(tmp_path)
     report = report_of(
         state(2, None, f, 5, active=True), *(state(r, "all_reduce", f, 6) for r in (0, 1, 3))
@@ -108,7 +117,7 @@ def test_busy_rank_is_not_in_collective(tmp_path):
     assert top.ranks == [2] and top.location and top.location.line == 5
 
 
-def test_recv_recv_is_a_p2p_deadlock(tmp_path):
+def test_recv_recv_is_a_p2p_deadlock(tmp_path: Path) -> None:
     f = source(tmp_path)
     report = report_of(state(0, "recv", f, 6, src="1"), state(1, "recv", f, 6, src="0"))
     top = report.hypotheses[0]
@@ -117,7 +126,7 @@ def test_recv_recv_is_a_p2p_deadlock(tmp_path):
     assert "each waits for a peer" in top.summary.lower()
 
 
-def test_missing_rank_is_rank_exited(tmp_path):
+def test_missing_rank_is_rank_exited(tmp_path: Path) -> None:
     f = source(tmp_path)
     missing = [MissingRank(rank=3, world_size=4, scope="host", reason="gone")]
     report = report_of(*(state(r, "all_reduce", f, 6) for r in (0, 1, 2)), missing=missing)
@@ -127,14 +136,14 @@ def test_missing_rank_is_rank_exited(tmp_path):
     assert report.rank_groups[-1].state == "no live process"
 
 
-def test_remote_ranks_are_not_called_exited(tmp_path):
+def test_remote_ranks_are_not_called_exited(tmp_path: Path) -> None:
     f = source(tmp_path)
     missing = [MissingRank(rank=9, world_size=16, scope="job", reason="other host")]
     report = report_of(*(state(r, "all_reduce", f, 6) for r in (0, 1, 2)), missing=missing)
     assert report.hypotheses[0].cause_id != "hang.rank_exited"
 
 
-def test_new_group_on_some_ranks_is_a_subgroup_mismatch(tmp_path):
+def test_new_group_on_some_ranks_is_a_subgroup_mismatch(tmp_path: Path) -> None:
     f = source(tmp_path)
     report = report_of(
         state(1, "new_group", f, 6),
@@ -147,14 +156,14 @@ def test_new_group_on_some_ranks_is_a_subgroup_mismatch(tmp_path):
     assert top.ranks == [0, 3]  # membership unknown: every rank elsewhere
 
 
-def test_everyone_in_one_place_is_unknown_with_next_steps(tmp_path):
+def test_everyone_in_one_place_is_unknown_with_next_steps(tmp_path: Path) -> None:
     f = source(tmp_path)
     report = report_of(*(state(r, "all_reduce", f, 6) for r in range(4)))
     assert report.hypotheses[0].cause_id == "hang.unknown"
     assert any("Flight Recorder" in s for s in report.next_steps)
 
 
-def test_unreadable_ranks_lower_confidence(tmp_path):
+def test_unreadable_ranks_lower_confidence(tmp_path: Path) -> None:
     f = source(tmp_path)
     states = [state(0, "broadcast", f, 8), *(state(r, "all_reduce", f, 6) for r in (1, 2, 3))]
     full = report_of(*states).hypotheses[0].confidence
@@ -163,7 +172,7 @@ def test_unreadable_ranks_lower_confidence(tmp_path):
     assert partial < full
 
 
-def test_4096_ranks_read_as_a_few_groups(tmp_path):
+def test_4096_ranks_read_as_a_few_groups(tmp_path: Path) -> None:
     f = source(tmp_path)
     states = [state(r, "all_reduce", f, 6) for r in range(4096) if r != 1234]
     states.append(state(1234, "broadcast", f, 8))
@@ -177,7 +186,7 @@ def test_4096_ranks_read_as_a_few_groups(tmp_path):
     assert len(lines) == 3 and lines[1].lstrip().startswith("[0-1233,1235-4095]")
 
 
-def test_new_group_member_that_skipped_is_the_culprit(tmp_path):
+def test_new_group_member_that_skipped_is_the_culprit(tmp_path: Path) -> None:
     f = source(tmp_path)
     report = report_of(
         state(1, "new_group", f, 6, ranks="[1, 2, 3]"),
@@ -204,12 +213,12 @@ def fit(rank, x):
 """
 
 
-def test_branch_inside_the_epoch_loop_is_a_mismatch_not_uneven(tmp_path):
+def test_branch_inside_the_epoch_loop_is_a_mismatch_not_uneven(tmp_path: Path) -> None:
     path = tmp_path / "fit.py"
     path.write_text(EPOCHS)
     f = str(path)
 
-    def at(rank: int, op: str, line: int):
+    def at(rank: int, op: str, line: int) -> RankState:
         frames = [Frame(function=op, file=C10D, line=1), Frame(function="fit", file=f, line=line)]
         return classify(frames, pid=rank, rank=rank, active=False)
 
@@ -220,7 +229,9 @@ def test_branch_inside_the_epoch_loop_is_a_mismatch_not_uneven(tmp_path):
     assert "if rank != 2:" in top.summary
 
 
-def test_source_of_another_host_is_found_under_the_working_directory(tmp_path, monkeypatch):
+def test_source_of_another_host_is_found_under_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Logs name the job's own paths; a checkout elsewhere still answers by the path's tail."""
     from triage.readers import source
 

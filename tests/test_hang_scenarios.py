@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from typing import Any
 
 import pytest
 
@@ -17,7 +18,7 @@ from triage.scenarios import CAUSE_IDS, CULPRITS, SCENARIOS, RankJob
 pytestmark = [pytest.mark.scenario, requires_torch]
 
 
-def hang_report(pids: list[int]) -> dict:
+def hang_report(pids: list[int]) -> dict[str, Any]:
     done = subprocess.run(
         triage_cli("hang", "--json", "--pids", *map(str, pids)),
         capture_output=True,
@@ -26,7 +27,8 @@ def hang_report(pids: list[int]) -> dict:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)  # exactly one JSON document on stdout
+    report: dict[str, Any] = json.loads(done.stdout)  # exactly one JSON document on stdout
+    return report
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))

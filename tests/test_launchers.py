@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -82,7 +83,7 @@ def launched(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[subproc
         psutil.wait_procs(workers, timeout=10)
 
 
-def settled_report(launcher: int, expected: str, timeout_s: float = 120.0) -> dict:
+def settled_report(launcher: int, expected: str, timeout_s: float = 120.0) -> dict[str, Any]:
     """Poll `triage hang --launcher-pid` until the job has hung: the verdict is the expected
     cause and names the same ranks on two reads in a row (ranks still moving change it)."""
     deadline, last, previous = time.monotonic() + timeout_s, None, None
@@ -99,7 +100,8 @@ def settled_report(launcher: int, expected: str, timeout_s: float = 120.0) -> di
             top = last["hypotheses"][0] if last["hypotheses"] else {}
             verdict = (top.get("cause_id"), top.get("ranks"))
             if verdict[0] == expected and verdict == previous:
-                return last
+                settled: dict[str, Any] = last
+                return settled
             previous = verdict
         time.sleep(0.5)
     raise AssertionError(
@@ -108,7 +110,7 @@ def settled_report(launcher: int, expected: str, timeout_s: float = 120.0) -> di
 
 
 @pytest.mark.parametrize("launched", ["torchrun"], indirect=True)
-def test_torchrun_launcher_pid_finds_every_rank(launched):
+def test_torchrun_launcher_pid_finds_every_rank(launched: subprocess.Popen[bytes]) -> None:
     report = settled_report(launched.pid, "hang.mismatched_collective")
     processes = [e["data"] for e in report["evidence"] if e["kind"] == "process"]
     assert sorted(p["rank"] for p in processes) == [0, 1, 2, 3]
@@ -117,7 +119,7 @@ def test_torchrun_launcher_pid_finds_every_rank(launched):
 
 
 @pytest.mark.parametrize("launched", ["spawn"], indirect=True)
-def test_mp_spawn_ranks_come_from_the_spawn_index(launched):
+def test_mp_spawn_ranks_come_from_the_spawn_index(launched: subprocess.Popen[bytes]) -> None:
     report = settled_report(launched.pid, "hang.mismatched_collective")
     stacks = [e for e in report["evidence"] if e["kind"] == "stack"]
     assert sorted(e["rank"] for e in stacks) == [0, 1, 2]

@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, get_args
 
@@ -23,6 +24,7 @@ from typer.testing import CliRunner
 from tests.conftest import REPO
 from tests.fake_messages_api import (
     FakeMessagesApi,
+    Scripted,
     held,
     message,
     overloaded,
@@ -46,7 +48,7 @@ SUBMIT = "submit_report"
 
 
 @pytest.fixture
-def messages_api(monkeypatch):
+def messages_api(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeMessagesApi]:
     yield from serving(monkeypatch)
 
 
@@ -137,7 +139,9 @@ def run_loop(tmp_path: Path, registry: Registry, **config: Any) -> Report:
 # --- configuration ---
 
 
-def test_default_model_is_a_current_sonnet_the_sdk_does_not_deprecate(messages_api):
+def test_default_model_is_a_current_sonnet_the_sdk_does_not_deprecate(
+    messages_api: FakeMessagesApi,
+) -> None:
     from anthropic._data.deprecated_models import DEPRECATED_MODELS
     from anthropic.resources.messages import messages as sdk_messages
     from anthropic.types.model_param import ModelParam
@@ -145,7 +149,7 @@ def test_default_model_is_a_current_sonnet_the_sdk_does_not_deprecate(messages_a
     assert DEFAULT_MODEL.startswith("claude-sonnet-")
     assert DEFAULT_MODEL in get_args(get_args(ModelParam)[0])
     assert DEFAULT_MODEL not in DEPRECATED_MODELS
-    assert DEFAULT_MODEL not in sdk_messages.DEPRECATED_MODELS
+    assert DEFAULT_MODEL not in sdk_messages.DEPRECATED_MODELS  # type: ignore[attr-defined]
     messages_api.script(message(text("ok")))
     client = AnthropicClient(LlmConfig())
     with warnings.catch_warnings():
@@ -158,14 +162,16 @@ def test_default_model_is_a_current_sonnet_the_sdk_does_not_deprecate(messages_a
     assert client.warnings == []
 
 
-def test_a_deprecated_model_is_named_in_the_notes(messages_api, registry, tmp_path):
+def test_a_deprecated_model_is_named_in_the_notes(
+    messages_api: FakeMessagesApi, registry: Registry, tmp_path: Path
+) -> None:
     messages_api.script(message(submit(hypothesis("hang.rank_exited"))))
     report = run_loop(tmp_path, registry, model="claude-sonnet-4-5")
     assert report.llm is not None and report.llm.outcome == "report"
     assert any("deprecated" in note for note in report.notes)
 
 
-def test_default_commands_never_import_the_sdk():
+def test_default_commands_never_import_the_sdk() -> None:
     code = (
         "import sys\nfrom triage.cli import main\n"
         f"sys.argv = ['triage', 'analyze', {str(OOM_LOGS)!r}, '--json']\n"
@@ -179,7 +185,9 @@ def test_default_commands_never_import_the_sdk():
     assert json.loads(done.stdout)["hypotheses"]
 
 
-def test_without_a_key_llm_prints_the_rules_report_with_a_note(monkeypatch):
+def test_without_a_key_llm_prints_the_rules_report_with_a_note(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
     done = cli("analyze", str(OOM_LOGS), "--json", "--llm")
@@ -190,7 +198,7 @@ def test_without_a_key_llm_prints_the_rules_report_with_a_note(monkeypatch):
     assert "ANTHROPIC_API_KEY is not set" in done.stderr
 
 
-def test_without_the_extra_llm_says_how_to_install_it(monkeypatch):
+def test_without_the_extra_llm_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-00000000000000000000")
     monkeypatch.setattr("triage.llm.config.sdk_installed", lambda: False)
     done = cli("oom", str(OOM_LOGS), "--json", "--llm")
@@ -202,7 +210,9 @@ def test_without_the_extra_llm_says_how_to_install_it(monkeypatch):
 # --- the loop over real evidence, through the CLI ---
 
 
-def test_analyze_llm_offers_the_read_only_tools_and_merges_its_report(messages_api):
+def test_analyze_llm_offers_the_read_only_tools_and_merges_its_report(
+    messages_api: FakeMessagesApi,
+) -> None:
     console = str(OOM_LOGS / "console.log")
     messages_api.script(
         message(text("Checking rank 1."), tool_use("scan_logs", {"log_files": [console]})),
@@ -258,7 +268,9 @@ def test_analyze_llm_offers_the_read_only_tools_and_merges_its_report(messages_a
     assert any(r["tool"] == "scan_logs" for r in report["tool_runs"][-1:])
 
 
-def test_hang_llm_uses_the_hang_playbook_and_the_model_asked_for(messages_api):
+def test_hang_llm_uses_the_hang_playbook_and_the_model_asked_for(
+    messages_api: FakeMessagesApi,
+) -> None:
     logs = REPO / "tests" / "fixtures" / "logs" / "uneven_steps"
     messages_api.script(message(submit(hypothesis("hang.uneven_inputs", 0.9, ranks=[2]))))
     done = cli("hang", "--logs", str(logs), "--json", "--llm", "--model", "claude-opus-5-5")
@@ -281,7 +293,9 @@ def first_tool_use(api: FakeMessagesApi) -> dict[str, Any]:
     return next(b for b in content if b["type"] == "tool_use")
 
 
-def test_overload_falls_back_to_the_rules_report_after_one_retry(messages_api):
+def test_overload_falls_back_to_the_rules_report_after_one_retry(
+    messages_api: FakeMessagesApi,
+) -> None:
     messages_api.script(overloaded(), overloaded())
     done = cli("comm-error", str(OOM_LOGS), "--json", "--llm")
     assert done.exit_code == 0
@@ -324,7 +338,9 @@ def planted_logs(folder: Path) -> None:
         )
 
 
-def test_planted_secrets_never_leave_and_injected_text_stays_evidence(messages_api, tmp_path):
+def test_planted_secrets_never_leave_and_injected_text_stays_evidence(
+    messages_api: FakeMessagesApi, tmp_path: Path
+) -> None:
     planted_logs(tmp_path)
     messages_api.script(
         message(tool_use("scan_logs", {"log_files": [str(tmp_path / "rank4.log")]})),
@@ -373,7 +389,9 @@ def message_texts(request: dict[str, Any]) -> list[str]:
 # --- safeguards, with stand-in tools ---
 
 
-def test_a_huge_result_reaches_the_model_bounded_head_and_tail(messages_api, registry, tmp_path):
+def test_a_huge_result_reaches_the_model_bounded_head_and_tail(
+    messages_api: FakeMessagesApi, registry: Registry, tmp_path: Path
+) -> None:
     messages_api.script(
         message(tool_use("flood", {})), message(submit(hypothesis("hang.rank_exited")))
     )
@@ -385,7 +403,9 @@ def test_a_huge_result_reaches_the_model_bounded_head_and_tail(messages_api, reg
     assert len(content) < 4400
 
 
-def test_a_repeated_identical_call_is_refused(messages_api, registry, tmp_path):
+def test_a_repeated_identical_call_is_refused(
+    messages_api: FakeMessagesApi, registry: Registry, tmp_path: Path
+) -> None:
     messages_api.script(
         message(tool_use("echo", {"x": 1})),
         message(tool_use("echo", {"x": 1}), tool_use("echo", {"x": 2})),
@@ -403,8 +423,8 @@ def test_a_repeated_identical_call_is_refused(messages_api, registry, tmp_path):
 
 
 def test_only_read_only_tools_are_offered_and_inputs_stay_inside_the_evidence(
-    messages_api, registry, tmp_path
-):
+    messages_api: FakeMessagesApi, registry: Registry, tmp_path: Path
+) -> None:
     inside = tmp_path / "logs"
     messages_api.script(
         message(
@@ -428,7 +448,9 @@ def test_only_read_only_tools_are_offered_and_inputs_stay_inside_the_evidence(
     assert [c.status for c in report.llm.tool_calls] == ["refused", "refused", "refused", "ok"]
 
 
-def test_the_last_step_offers_only_submit_report(messages_api, registry, tmp_path):
+def test_the_last_step_offers_only_submit_report(
+    messages_api: FakeMessagesApi, registry: Registry, tmp_path: Path
+) -> None:
     messages_api.script(
         message(tool_use("echo", {"x": 1})),
         message(tool_use("echo", {"x": 2})),
@@ -442,7 +464,9 @@ def test_the_last_step_offers_only_submit_report(messages_api, registry, tmp_pat
     assert report.llm is not None and report.llm.outcome == "report"
 
 
-def test_no_report_by_the_last_step_falls_back(messages_api, registry, tmp_path):
+def test_no_report_by_the_last_step_falls_back(
+    messages_api: FakeMessagesApi, registry: Registry, tmp_path: Path
+) -> None:
     messages_api.script(message(tool_use("echo", {"x": 1})), message(text("I think it hangs.")))
     report = run_loop(tmp_path, registry, max_steps=2)
     assert report.llm is not None
@@ -450,7 +474,9 @@ def test_no_report_by_the_last_step_falls_back(messages_api, registry, tmp_path)
     assert report.hypotheses == rules_report(tmp_path).hypotheses
 
 
-def test_a_spent_token_budget_stops_the_loop(messages_api, registry, tmp_path):
+def test_a_spent_token_budget_stops_the_loop(
+    messages_api: FakeMessagesApi, registry: Registry, tmp_path: Path
+) -> None:
     messages_api.script(message(tool_use("echo", {"x": 1}), input_tokens=5000))
     report = run_loop(tmp_path, registry, token_budget=1000)
     assert len(messages_api.requests) == 1
@@ -459,7 +485,9 @@ def test_a_spent_token_budget_stops_the_loop(messages_api, registry, tmp_path):
     assert report.hypotheses == rules_report(tmp_path).hypotheses
 
 
-def test_a_nearly_spent_budget_makes_the_next_request_the_last(messages_api, registry, tmp_path):
+def test_a_nearly_spent_budget_makes_the_next_request_the_last(
+    messages_api: FakeMessagesApi, registry: Registry, tmp_path: Path
+) -> None:
     messages_api.script(
         message(tool_use("echo", {"x": 1}), input_tokens=600),
         message(submit(hypothesis("hang.rank_exited"))),
@@ -472,7 +500,9 @@ def test_a_nearly_spent_budget_makes_the_next_request_the_last(messages_api, reg
 # --- the model's report: validated, repaired once, else the rules' report ---
 
 
-def test_an_unknown_cause_id_twice_falls_back_with_a_note(messages_api, registry, tmp_path):
+def test_an_unknown_cause_id_twice_falls_back_with_a_note(
+    messages_api: FakeMessagesApi, registry: Registry, tmp_path: Path
+) -> None:
     messages_api.script(
         message(submit(hypothesis("hang.cosmic_rays"))),
         message(submit(hypothesis("hang.cosmic_rays"))),
@@ -486,7 +516,9 @@ def test_an_unknown_cause_id_twice_falls_back_with_a_note(messages_api, registry
     assert repair["is_error"] and "invalid report" in repair["content"]
 
 
-def test_malformed_input_gets_one_repair_round(messages_api, registry, tmp_path):
+def test_malformed_input_gets_one_repair_round(
+    messages_api: FakeMessagesApi, registry: Registry, tmp_path: Path
+) -> None:
     messages_api.script(
         message(submit(hypothesis("hang.rank_exited", ranks=["three"], evidence=["nope"]))),
         message(submit(hypothesis("hang.rank_exited", 0.9, ranks=[3], evidence=["e1"]))),
@@ -499,7 +531,9 @@ def test_malformed_input_gets_one_repair_round(messages_api, registry, tmp_path)
     assert (report.hypotheses[0].ranks, report.hypotheses[0].rule_id) == ([3], "r.one")
 
 
-def test_unknown_evidence_ids_are_rejected(messages_api, registry, tmp_path):
+def test_unknown_evidence_ids_are_rejected(
+    messages_api: FakeMessagesApi, registry: Registry, tmp_path: Path
+) -> None:
     messages_api.script(
         message(submit(hypothesis("hang.rank_exited", evidence=["made-up"]))),
         message(submit(hypothesis("hang.rank_exited", evidence=["made-up"]))),
@@ -515,7 +549,9 @@ def test_unknown_evidence_ids_are_rejected(messages_api, registry, tmp_path):
         (held(10), "the API did not answer within 0.3 s"),
     ],
 )
-def test_api_errors_and_timeouts_fall_back(messages_api, registry, tmp_path, reply, reason):
+def test_api_errors_and_timeouts_fall_back(
+    messages_api: FakeMessagesApi, registry: Registry, tmp_path: Path, reply: Scripted, reason: str
+) -> None:
     messages_api.script(reply)
     report = run_loop(tmp_path, registry, request_timeout_s=0.3, max_retries=0)
     assert report.llm is not None
@@ -526,7 +562,7 @@ def test_api_errors_and_timeouts_fall_back(messages_api, registry, tmp_path, rep
 # --- rendering ---
 
 
-def test_terminal_and_markdown_show_the_llm_review(tmp_path):
+def test_terminal_and_markdown_show_the_llm_review(tmp_path: Path) -> None:
     report = rules_report(tmp_path)
     report.notes.append("LLM pass (m) fell back to the rules' report: overloaded")
     report.llm = LlmRun(

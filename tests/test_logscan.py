@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from triage.readers.logscan import hit_lines, learn_ranks, scan_file
+from triage.readers.log_prefilter import hit_lines
+from triage.readers.logscan import learn_ranks, scan_file
 
 ELASTIC_REPORT = """\
 [default1]:[rank1]: Traceback (most recent call last):
@@ -215,7 +216,7 @@ def test_py_spy_hex_thread_ids_are_read(tmp_path: Path) -> None:
     assert record.pid == 4321 and record.frames[0].function == "all_reduce"
 
 
-def test_colour_escapes_are_dropped_from_hit_lines(tmp_path):
+def test_colour_escapes_are_dropped_from_hit_lines(tmp_path: Path) -> None:
     log = tmp_path / "rank0.log"
     log.write_text(
         "\x1b[32m[rank0]:RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\x1b[39m\n"

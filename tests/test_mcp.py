@@ -54,7 +54,8 @@ def session(server: Server[Any], body: Callable[[Client], Awaitable[Any]]) -> An
 
 
 def call(server: Server[Any], name: str, arguments: dict[str, Any]) -> types.CallToolResult:
-    return session(server, lambda client: client.call_tool(name, arguments))
+    result: types.CallToolResult = session(server, lambda client: client.call_tool(name, arguments))
+    return result
 
 
 def text(result: types.CallToolResult) -> str:
@@ -66,7 +67,9 @@ def text(result: types.CallToolResult) -> str:
 # --- in-process ------------------------------------------------------------------------------
 
 
-def test_lists_every_read_only_tool_with_its_registry_schema_and_triage_report(server):
+def test_lists_every_read_only_tool_with_its_registry_schema_and_triage_report(
+    server: Server[Any],
+) -> None:
     listing = session(server, lambda client: client.list_tools())
     tools = {tool.name: tool for tool in listing.tools}
     registry = {spec.name: spec for spec in REGISTRY.all() if spec.read_only}
@@ -86,7 +89,7 @@ def test_lists_every_read_only_tool_with_its_registry_schema_and_triage_report(s
     }
 
 
-def test_collect_files_feeds_scan_logs_which_finds_the_failing_rank(server):
+def test_collect_files_feeds_scan_logs_which_finds_the_failing_rank(server: Server[Any]) -> None:
     collected = call(server, "collect_files", {"paths": [str(JOB)]})
     assert not collected.is_error, text(collected)
     log_files = collected.structured_content["context"]["log_files"]
@@ -114,7 +117,7 @@ def test_collect_files_feeds_scan_logs_which_finds_the_failing_rank(server):
     assert text(scanned).startswith(output["result"]["output"].splitlines()[0])
 
 
-def test_triage_report_is_the_report_triage_analyze_gives(server):
+def test_triage_report_is_the_report_triage_analyze_gives(server: Server[Any]) -> None:
     result = call(server, REPORT_TOOL, {"paths": JOB_PATHS})
     assert not result.is_error, text(result)
     report = Report.model_validate(result.structured_content)
@@ -133,7 +136,7 @@ def test_triage_report_is_the_report_triage_analyze_gives(server):
     assert [e.id for e in report.evidence] == [e.id for e in from_cli.evidence]
 
 
-def test_triage_report_with_a_fixed_symptom_runs_that_playbook(server):
+def test_triage_report_with_a_fixed_symptom_runs_that_playbook(server: Server[Any]) -> None:
     result = call(server, REPORT_TOOL, {"symptom": "comm", "paths": JOB_PATHS})
     assert not result.is_error, text(result)
     report = Report.model_validate(result.structured_content)
@@ -142,7 +145,7 @@ def test_triage_report_with_a_fixed_symptom_runs_that_playbook(server):
     assert report.hypotheses[0].cause_id == "comm.peer_failure"
 
 
-def test_triage_report_reads_live_ranks_by_pid(server):
+def test_triage_report_reads_live_ranks_by_pid(server: Server[Any]) -> None:
     rank = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(60)"],
         env={"RANK": "1", "WORLD_SIZE": "2", "PATH": "/usr/bin:/bin"},
@@ -159,7 +162,9 @@ def test_triage_report_reads_live_ranks_by_pid(server):
     assert any(e.kind == "process" and e.rank == 1 for e in report.evidence)
 
 
-def test_failures_are_tool_errors_with_their_reason_and_the_server_lives_on(server, tmp_path):
+def test_failures_are_tool_errors_with_their_reason_and_the_server_lives_on(
+    server: Server[Any], tmp_path: Path
+) -> None:
     missing = str(tmp_path / "no-such.log")
     cases: list[tuple[str, dict[str, Any], str]] = [
         ("no_such_tool", {}, "unknown tool 'no_such_tool'"),
@@ -189,7 +194,9 @@ def test_failures_are_tool_errors_with_their_reason_and_the_server_lives_on(serv
     assert f"Gap: {missing}: cannot read" in text(unreadable)
 
 
-def test_secrets_in_logs_are_masked_before_they_reach_the_client(server, tmp_path):
+def test_secrets_in_logs_are_masked_before_they_reach_the_client(
+    server: Server[Any], tmp_path: Path
+) -> None:
     secret = "hf_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789"
     (tmp_path / "rank0.log").write_text(
         "[rank0]: Traceback (most recent call last):\n"
@@ -238,7 +245,7 @@ def poke_rank(pid: int) -> ToolOutput:
 '''
 
 
-def test_over_stdio_stdout_carries_only_the_protocol(tmp_path: Path):
+def test_over_stdio_stdout_carries_only_the_protocol(tmp_path: Path) -> None:
     plugins = tmp_path / "plugins"
     plugins.mkdir()
     (plugins / "noisy.py").write_text(PLUGIN)
@@ -285,7 +292,7 @@ def test_over_stdio_stdout_carries_only_the_protocol(tmp_path: Path):
         assert line in stderr, stderr
 
 
-def test_without_the_extra_mcp_says_how_to_install_it():
+def test_without_the_extra_mcp_says_how_to_install_it() -> None:
     blocked = (
         "import sys; sys.modules['mcp'] = None; sys.argv = ['triage', 'mcp'];"
         " from triage.cli import main; main()"
@@ -300,12 +307,12 @@ def test_without_the_extra_mcp_says_how_to_install_it():
     ]
 
 
-def test_other_commands_never_import_the_mcp_sdk():
+def test_other_commands_never_import_the_mcp_sdk() -> None:
     done = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "triage", "analyze", str(JOB / "console.log"), "--json"],
         capture_output=True, text=True, timeout=60, check=False, cwd=REPO,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if "|" in line}
-    assert "triage.diagnose" in imported
+    assert "triage.engine" in imported
     assert not {m for m in imported if m.split(".")[0] in ("mcp", "mcp_types")}

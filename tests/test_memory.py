@@ -51,7 +51,7 @@ def _touch(marker: Path) -> str:
 
 
 @pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
-def test_os_system_is_refused_by_name_and_never_runs(tmp_path: Path, protocol: int):
+def test_os_system_is_refused_by_name_and_never_runs(tmp_path: Path, protocol: int) -> None:
     marker = tmp_path / "pwned"
     data = pickle.dumps({"segments": [_Shell(f"touch {marker}")]}, protocol=protocol)
     with pytest.raises(UntrustedPickleError) as caught:
@@ -62,7 +62,7 @@ def test_os_system_is_refused_by_name_and_never_runs(tmp_path: Path, protocol: i
 
 
 @pytest.mark.parametrize("protocol", [0, 2, 4, 5])
-def test_builtins_eval_is_refused_and_never_runs(tmp_path: Path, protocol: int):
+def test_builtins_eval_is_refused_and_never_runs(tmp_path: Path, protocol: int) -> None:
     marker = tmp_path / "pwned"
     path = tmp_path / "evil.pickle"
     path.write_bytes(pickle.dumps([_Eval(_touch(marker))], protocol=protocol))
@@ -71,7 +71,7 @@ def test_builtins_eval_is_refused_and_never_runs(tmp_path: Path, protocol: int):
     assert not marker.exists()
 
 
-def test_inst_and_extension_opcodes_go_through_the_same_refusal(tmp_path: Path):
+def test_inst_and_extension_opcodes_go_through_the_same_refusal(tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     inst = b"(S'touch " + str(marker).encode() + b"'\nios\nsystem\n."  # protocol 0 INST
     with pytest.raises(UntrustedPickleError) as caught:
@@ -87,7 +87,7 @@ def test_inst_and_extension_opcodes_go_through_the_same_refusal(tmp_path: Path):
     assert not marker.exists()
 
 
-def test_plain_data_and_allowed_constructors_load():
+def test_plain_data_and_allowed_constructors_load() -> None:
     snapshot = {
         "segments": [{"device": 0, "total_size": 2 * MiB, "segment_pool_id": (0, 0)}],
         "meta": OrderedDict(a=1),
@@ -101,7 +101,7 @@ def test_plain_data_and_allowed_constructors_load():
     assert load_untrusted(tagged) == [1, 2]
 
 
-def test_persistent_ids_sizes_and_corrupt_streams_are_refused(tmp_path: Path):
+def test_persistent_ids_sizes_and_corrupt_streams_are_refused(tmp_path: Path) -> None:
     with pytest.raises(UntrustedPickleError, match="persistent id"):
         load_untrusted(b"\x80\x02X\x01\x00\x00\x00xQ.")  # BINPERSID: a torch.save storage
     with pytest.raises(UntrustedPickleError, match="limit"):
@@ -114,7 +114,7 @@ def test_persistent_ids_sizes_and_corrupt_streams_are_refused(tmp_path: Path):
         load_untrusted(pickle.dumps({"segments": list(range(100))})[:-7])
 
 
-def test_a_real_flight_recorder_dump_loads():
+def test_a_real_flight_recorder_dump_loads() -> None:
     dump = load_untrusted(FIXTURES / "other" / "fr_gloo_rank0.pickle")
     assert dump["version"] and dump["entries"][0]["profiling_name"] == "gloo:all_reduce"
 
@@ -163,7 +163,7 @@ PROCESSES = (
 )
 
 
-def test_legacy_message_numbers():
+def test_legacy_message_numbers() -> None:
     fields = _fields(LEGACY, "memory.cuda_oom")
     assert fields["format"] == "legacy"
     assert fields["requested"] == 128 * MiB and fields["device"] == 0
@@ -172,20 +172,20 @@ def test_legacy_message_numbers():
     assert fields["unallocated"] == s("10.86 GiB") - s("10.85 GiB")
 
 
-def test_a_message_cut_short_keeps_the_numbers_it_has():
+def test_a_message_cut_short_keeps_the_numbers_it_has() -> None:
     fields = _fields(LEGACY[: LEGACY.index("24.81 MiB") + 6], "memory.cuda_oom")
     assert fields["capacity"] == s("11.17 GiB") and fields["allocated"] == s("10.85 GiB")
     assert "free" not in fields and "reserved" not in fields
 
 
-def test_torch_1_0_cached_is_reserved_but_unallocated():
+def test_torch_1_0_cached_is_reserved_but_unallocated() -> None:
     fields = _fields(TORCH_1_0, "memory.cuda_oom")
     assert fields["unallocated"] == 179 * 1024
     assert fields["reserved"] == 4 * GiB + 179 * 1024
     assert fields["requested"] == 16 * GiB > fields["capacity"]
 
 
-def test_torch_2_1_typo_and_derived_reserved():
+def test_torch_2_1_typo_and_derived_reserved() -> None:
     fields = _fields(TYPO_2_1, "memory.cuda_oom")
     assert fields["format"] == "2.x" and fields["free"] == 0
     assert fields["capacity"] == 6 * GiB
@@ -193,14 +193,14 @@ def test_torch_2_1_typo_and_derived_reserved():
     assert _fields(TYPO_2_1, "memory.oom_exception")["exception"] == "torch.cuda.OutOfMemoryError"
 
 
-def test_every_process_on_the_gpu_is_read():
+def test_every_process_on_the_gpu_is_read() -> None:
     fields = _fields(PROCESSES, "memory.cuda_oom")
     assert fields["this_process"] == s("37.46 GiB")
     assert [p["pid"] for p in fields["processes"]] == [3721648, 1374765, 1374763, 1374764]
     assert {p["used"] for p in fields["processes"]} == {414 * MiB}
 
 
-def test_a_request_too_large_to_print_keeps_no_number():
+def test_a_request_too_large_to_print_keeps_no_number() -> None:
     fields = _fields(
         "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate more than 1EB memory.",
         "memory.cuda_oom",
@@ -268,11 +268,11 @@ def test_a_request_too_large_to_print_keeps_no_number():
         ),
     ],
 )
-def test_gpu_and_host_oom_lines(line: str, name: str):
+def test_gpu_and_host_oom_lines(line: str, name: str) -> None:
     _fields(line, name)
 
 
-def test_near_misses_do_not_match():
+def test_near_misses_do_not_match() -> None:
     assert "memory.host_memory_error" not in {sig.name for sig, _ in signatures.matches(TYPO_2_1)}
     assert "memory.host_memory_error" not in {
         sig.name for sig, _ in signatures.matches("    except MemoryError:")
@@ -284,7 +284,7 @@ def test_near_misses_do_not_match():
     assert fields["signal"] == "Bus error"  # matched; the host rule counts only "Killed"
 
 
-def test_oom_killer_fields_are_numbers():
+def test_oom_killer_fields_are_numbers() -> None:
     fields = _fields(
         "Out of memory: Killed process 41234 (python) total-vm:10kB, anon-rss:2048kB, "
         "file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:1kB oom_score_adj:0",
@@ -312,7 +312,7 @@ def dumps(run: ToolRun) -> list[dict[str, Any]]:
     return [e.data for e in run.evidence if e.kind == "memory_dump"]
 
 
-def test_fragmented_snapshot():
+def test_fragmented_snapshot() -> None:
     run = read([FIXTURES / "fragmented" / "snapshot.pickle"])
     (dump,) = dumps(run)
     assert dump["format"] == "snapshot" and dump["device"] == 0
@@ -326,7 +326,7 @@ def test_fragmented_snapshot():
     assert not run.gaps
 
 
-def test_memory_stats_dump_and_its_nested_form(tmp_path: Path):
+def test_memory_stats_dump_and_its_nested_form(tmp_path: Path) -> None:
     run = read(documents=[FIXTURES / "fragmented" / "memory_stats.json"])
     (flat,) = dumps(run)
     assert flat["format"] == "memory_stats"
@@ -350,7 +350,7 @@ def test_memory_stats_dump_and_its_nested_form(tmp_path: Path):
     }
 
 
-def test_growth_across_snapshots_names_the_growing_line():
+def test_growth_across_snapshots_names_the_growing_line() -> None:
     folder = FIXTURES / "leak"
     run = read(sorted(folder.glob("*.pickle"), reverse=True))  # order comes from the names
     (growth,) = [e.data for e in run.evidence if e.kind == "memory_growth"]
@@ -360,7 +360,7 @@ def test_growth_across_snapshots_names_the_growing_line():
     assert (site["frame"]["line"], site["bytes"]) == (63, 2 * GiB)
 
 
-def test_memory_stats_per_step_is_a_series(tmp_path: Path):
+def test_memory_stats_per_step_is_a_series(tmp_path: Path) -> None:
     run = read(documents=[FIXTURES / "leak" / "memory_stats_steps.json"])
     (growth,) = [e.data for e in run.evidence if e.kind == "memory_growth"]
     assert [p["label"].split()[-1] for p in growth["points"]] == ["100", "200", "300", "400"]
@@ -371,14 +371,14 @@ def test_memory_stats_per_step_is_a_series(tmp_path: Path):
     assert len(dumps(read(documents=[lines]))) == 4
 
 
-def test_trace_floor_rise_and_unfreed_site():
+def test_trace_floor_rise_and_unfreed_site() -> None:
     (dump,) = dumps(read([FIXTURES / "leak_trace" / "snapshot.pickle"]))
     assert dump["trace_growth"] >= GiB
     site = dump["unfreed_sites"][0]
     assert (site["frame"]["file"], site["frame"]["line"]) == ("/work/train.py", 63)
 
 
-def test_other_dumps_are_skipped_silently():
+def test_other_dumps_are_skipped_silently() -> None:
     run = REGISTRY.run(
         "read_memory",
         {
@@ -390,7 +390,7 @@ def test_other_dumps_are_skipped_silently():
     assert not run.evidence and not run.gaps
 
 
-def test_refused_and_corrupt_pickles_are_gaps_not_exceptions(tmp_path: Path):
+def test_refused_and_corrupt_pickles_are_gaps_not_exceptions(tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     evil = tmp_path / "rank0_snapshot.pickle"
     evil.write_bytes(pickle.dumps({"segments": [], "device_traces": [_Shell(f"touch {marker}")]}))
@@ -406,7 +406,7 @@ def test_refused_and_corrupt_pickles_are_gaps_not_exceptions(tmp_path: Path):
     assert not marker.exists()
 
 
-def test_a_cut_off_memory_stats_json_is_a_gap(tmp_path: Path):
+def test_a_cut_off_memory_stats_json_is_a_gap(tmp_path: Path) -> None:
     cut = tmp_path / "memory_stats.json"
     cut.write_text((FIXTURES / "fragmented" / "memory_stats.json").read_text()[:500])
     run = REGISTRY.run("read_memory", {"json_files": [str(cut)]})
@@ -414,7 +414,7 @@ def test_a_cut_off_memory_stats_json_is_a_gap(tmp_path: Path):
     assert "corrupt JSON" in run.gaps[0].reason
 
 
-def test_a_snapshot_saved_as_json_is_read(tmp_path: Path):
+def test_a_snapshot_saved_as_json_is_read(tmp_path: Path) -> None:
     snapshot = load_untrusted(FIXTURES / "fragmented" / "snapshot.pickle")
     path = tmp_path / "snapshot.json"
     path.write_text(json.dumps(snapshot))
@@ -422,17 +422,19 @@ def test_a_snapshot_saved_as_json_is_read(tmp_path: Path):
     assert dump["largest_free_block"] == 512 * MiB and dump["oom_requested"] == 2 * GiB
 
 
-def test_ranks_come_from_file_names():
+def test_ranks_come_from_file_names() -> None:
     run = read(sorted((FIXTURES / "same_device").glob("*.pickle")))
     assert sorted((d["rank"], d["device"]) for d in dumps(run)) == [(1, 0), (2, 0)]
 
 
-def test_no_files_is_an_error_result():
+def test_no_files_is_an_error_result() -> None:
     run = REGISTRY.run("read_memory", {})
     assert run.result.status == "error" and "no pickle or JSON" in (run.result.error or "")
 
 
-def test_fixtures_are_what_the_script_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_fixtures_are_what_the_script_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     module = _load("make_fixtures", FIXTURES / "make_fixtures.py")
     monkeypatch.setattr(module, "HERE", tmp_path)
     module.main()
@@ -455,7 +457,7 @@ def _load(name: str, path: Path) -> Any:
 
 
 @requires_torch
-def test_torchs_memory_viz_reads_the_fixtures():
+def test_torchs_memory_viz_reads_the_fixtures() -> None:
     """torch's own snapshot reader, loaded by path: it needs no CUDA and no torch import."""
     spec = importlib.util.find_spec("torch")
     assert spec is not None and spec.submodule_search_locations

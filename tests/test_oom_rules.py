@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import triage_cli
-from triage.engine import triage
+from triage.engine import follow
 from triage.models import Finding, Report
 from triage.playbooks import get_playbook
 
@@ -184,7 +184,7 @@ def run_oom(tmp_path: Path, files: dict[str, str], *extra: Path) -> Report:
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     paths = [str(tmp_path / name) for name in files] + [str(p) for p in extra]
-    return triage(get_playbook("oom"), {"paths": paths})
+    return follow(get_playbook("oom"), {"paths": paths})
 
 
 def causes(report: Report) -> dict[str, Finding]:
@@ -196,7 +196,7 @@ def top(report: Report) -> Finding:
     return report.hypotheses[0]
 
 
-def test_optimizer_step_that_does_not_fit(tmp_path: Path):
+def test_optimizer_step_that_does_not_fit(tmp_path: Path) -> None:
     report = run_oom(tmp_path, {"train.log": OPTIMIZER_OOM})
     verdict = top(report)
     assert verdict.cause_id == "oom.capacity"
@@ -207,20 +207,20 @@ def test_optimizer_step_that_does_not_fit(tmp_path: Path):
     assert "oom.other_process" not in causes(report)  # Process 2752205 is this process
 
 
-def test_legacy_numbers_with_nothing_to_defragment(tmp_path: Path):
+def test_legacy_numbers_with_nothing_to_defragment(tmp_path: Path) -> None:
     verdict = top(run_oom(tmp_path, {"rank5.log": LEGACY_CAPACITY}))
     assert verdict.cause_id == "oom.capacity" and verdict.confidence >= 0.7
     assert verdict.ranks == [5]
     assert "3.14 GiB" in verdict.summary
 
 
-def test_container_pid_is_recognised_as_this_process(tmp_path: Path):
+def test_container_pid_is_recognised_as_this_process(tmp_path: Path) -> None:
     report = run_oom(tmp_path, {"train.log": CONTAINER_SELF})
     assert top(report).cause_id == "oom.capacity"
     assert "oom.other_process" not in causes(report)
 
 
-def test_fragmentation_beats_capacity_and_both_say_what_separates_them(tmp_path: Path):
+def test_fragmentation_beats_capacity_and_both_say_what_separates_them(tmp_path: Path) -> None:
     report = run_oom(tmp_path, {"train.log": FRAGMENTED})
     found = causes(report)
     assert top(report).cause_id == "oom.fragmentation"
@@ -230,20 +230,20 @@ def test_fragmentation_beats_capacity_and_both_say_what_separates_them(tmp_path:
     assert "expandable_segments" in found["oom.fragmentation"].fix
 
 
-def test_memory_held_outside_the_process(tmp_path: Path):
+def test_memory_held_outside_the_process(tmp_path: Path) -> None:
     report = run_oom(tmp_path, {"train.log": OTHER_PROCESS})
     verdict = top(report)
     assert verdict.cause_id == "oom.other_process"
     assert "nvidia-smi" in verdict.fix
 
 
-def test_listed_other_process(tmp_path: Path):
+def test_listed_other_process(tmp_path: Path) -> None:
     verdict = top(run_oom(tmp_path, {"train.log": OTHER_PROCESS_LISTED}))
     assert verdict.cause_id == "oom.other_process" and verdict.confidence >= 0.8
     assert "process 123 holds 60.00 GiB" in verdict.summary
 
 
-def test_stray_contexts_of_other_ranks_are_a_second_hypothesis(tmp_path: Path):
+def test_stray_contexts_of_other_ranks_are_a_second_hypothesis(tmp_path: Path) -> None:
     report = run_oom(tmp_path, {"train.log": STRAY_CONTEXTS})
     found = causes(report)
     assert top(report).cause_id == "oom.capacity"
@@ -251,7 +251,7 @@ def test_stray_contexts_of_other_ranks_are_a_second_hypothesis(tmp_path: Path):
     assert "4 other processes" in found["oom.same_device"].summary
 
 
-def test_torch_load_without_map_location(tmp_path: Path):
+def test_torch_load_without_map_location(tmp_path: Path) -> None:
     report = run_oom(tmp_path, {"rank3.log": TORCH_LOAD})
     verdict = top(report)
     assert verdict.cause_id == "oom.same_device"
@@ -262,7 +262,7 @@ def test_torch_load_without_map_location(tmp_path: Path):
     assert "oom.other_process" in causes(report)
 
 
-def test_pasted_traceback_without_header_and_cut_message(tmp_path: Path):
+def test_pasted_traceback_without_header_and_cut_message(tmp_path: Path) -> None:
     pasted = TORCH_LOAD.split("\n", 1)[1]  # no "Traceback (most recent call last):"
     pasted = pasted[: pasted.index("26.12 MiB f") + len("26.12 MiB f")] + "\n[...]\n"
     verdict = top(run_oom(tmp_path, {"issue.txt": pasted}))
@@ -270,7 +270,7 @@ def test_pasted_traceback_without_header_and_cut_message(tmp_path: Path):
     assert verdict.location is not None and verdict.location.line == 61
 
 
-def test_ranks_crowding_one_gpu(tmp_path: Path):
+def test_ranks_crowding_one_gpu(tmp_path: Path) -> None:
     report = run_oom(tmp_path, {"job.log": "".join(shared_gpu_rank(r) for r in range(4))})
     verdict = top(report)
     assert verdict.cause_id == "oom.same_device"
@@ -278,7 +278,7 @@ def test_ranks_crowding_one_gpu(tmp_path: Path):
     assert "GPU 0" in verdict.summary
 
 
-def test_ranks_on_their_own_gpus_are_not_crowding(tmp_path: Path):
+def test_ranks_on_their_own_gpus_are_not_crowding(tmp_path: Path) -> None:
     text = "".join(
         shared_gpu_rank(r)
         .replace("(GPU 0;", f"(GPU {r};")
@@ -288,7 +288,7 @@ def test_ranks_on_their_own_gpus_are_not_crowding(tmp_path: Path):
     assert "oom.same_device" not in causes(run_oom(tmp_path, {"job.log": text}))
 
 
-def test_listed_processes_that_are_ranks_of_the_job(tmp_path: Path):
+def test_listed_processes_that_are_ranks_of_the_job(tmp_path: Path) -> None:
     rank0 = OTHER_PROCESS_LISTED.replace("Process 123 has", "Process 4002 has")
     launcher = ELASTIC_SIGKILL.replace("exitcode  : -9", "exitcode  : 1").replace(
         "Signal 9 (SIGKILL) received by PID 4002", "To enable traceback see: https://pytorch.org"
@@ -314,7 +314,7 @@ BARRIER_OOM = f"""\
 """
 
 
-def test_out_of_memory_while_setting_up_the_group(tmp_path: Path):
+def test_out_of_memory_while_setting_up_the_group(tmp_path: Path) -> None:
     report = run_oom(tmp_path, {"train.log": BARRIER_OOM})
     verdict = top(report)
     assert verdict.cause_id == "oom.same_device" and verdict.ranks == [3]
@@ -322,7 +322,7 @@ def test_out_of_memory_while_setting_up_the_group(tmp_path: Path):
     assert causes(report)["oom.capacity"].confidence < verdict.confidence
 
 
-def test_one_visible_gpu_per_rank_is_not_crowding(tmp_path: Path):
+def test_one_visible_gpu_per_rank_is_not_crowding(tmp_path: Path) -> None:
     """CUDA_VISIBLE_DEVICES per rank: every rank calls its own full GPU "GPU 0"."""
     report = run_oom(tmp_path, {"job.log": "".join(shared_gpu_rank(r, 30.1) for r in range(4))})
     found = causes(report)
@@ -330,7 +330,7 @@ def test_one_visible_gpu_per_rank_is_not_crowding(tmp_path: Path):
     assert found["oom.same_device"].confidence < 0.5
 
 
-def test_fsdp_unshard_is_a_collective_peak(tmp_path: Path):
+def test_fsdp_unshard_is_a_collective_peak(tmp_path: Path) -> None:
     report = run_oom(tmp_path, {"train.log": FSDP_UNSHARD})
     verdict = top(report)
     assert verdict.cause_id == "oom.collective_peak"
@@ -339,7 +339,7 @@ def test_fsdp_unshard_is_a_collective_peak(tmp_path: Path):
     assert "unshard" in verdict.summary
 
 
-def test_sigkill_and_the_oom_killer_are_host_oom(tmp_path: Path):
+def test_sigkill_and_the_oom_killer_are_host_oom(tmp_path: Path) -> None:
     report = run_oom(tmp_path, {"launcher.log": ELASTIC_SIGKILL, "dmesg.txt": DMESG})
     verdict = top(report)
     assert verdict.cause_id == "oom.host" and verdict.confidence >= 0.85
@@ -350,7 +350,7 @@ def test_sigkill_and_the_oom_killer_are_host_oom(tmp_path: Path):
     assert 0.5 <= sigkill_only.confidence < verdict.confidence
 
 
-def test_dataloader_worker_killed(tmp_path: Path):
+def test_dataloader_worker_killed(tmp_path: Path) -> None:
     verdict = top(run_oom(tmp_path, {"train.log": DATALOADER_KILLED}))
     assert verdict.cause_id == "oom.host" and verdict.confidence >= 0.85
     assert "DataLoader workers" in verdict.fix
@@ -369,11 +369,11 @@ def test_dataloader_worker_killed(tmp_path: Path):
         "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.\n",
     ],
 )
-def test_host_allocation_failures(tmp_path: Path, line: str):
+def test_host_allocation_failures(tmp_path: Path, line: str) -> None:
     assert top(run_oom(tmp_path, {"train.log": line})).cause_id == "oom.host"
 
 
-def test_sigkill_after_a_gpu_oom_is_not_host_oom(tmp_path: Path):
+def test_sigkill_after_a_gpu_oom_is_not_host_oom(tmp_path: Path) -> None:
     launcher = ELASTIC_SIGKILL.replace("rank      : 1", "rank      : 0")
     report = run_oom(tmp_path, {"rank0.log": LEGACY_CAPACITY, "launcher.log": launcher})
     found = causes(report)
@@ -381,7 +381,7 @@ def test_sigkill_after_a_gpu_oom_is_not_host_oom(tmp_path: Path):
     assert found["oom.host"].confidence < 0.5
 
 
-def test_a_gpu_oom_without_numbers_is_a_weak_capacity_guess(tmp_path: Path):
+def test_a_gpu_oom_without_numbers_is_a_weak_capacity_guess(tmp_path: Path) -> None:
     text = (
         "ng30903:3063028:3066152 [3] include/alloc.h:178 NCCL WARN Cuda failure 'out of memory'\n"
     )
@@ -389,12 +389,12 @@ def test_a_gpu_oom_without_numbers_is_a_weak_capacity_guess(tmp_path: Path):
     assert verdict.cause_id == "oom.capacity" and verdict.confidence < 0.5
 
 
-def test_no_oom_in_the_logs_falls_back_to_unknown(tmp_path: Path):
+def test_no_oom_in_the_logs_falls_back_to_unknown(tmp_path: Path) -> None:
     verdict = top(run_oom(tmp_path, {"train.log": "epoch 1 loss 0.5\nepoch 2 loss 0.4\n"}))
     assert verdict.cause_id == "oom.unknown"
 
 
-def test_the_same_error_twice_is_one_event(tmp_path: Path):
+def test_the_same_error_twice_is_one_event(tmp_path: Path) -> None:
     report = run_oom(tmp_path, {"rank0.log": OPTIMIZER_OOM, "rank0.err": OPTIMIZER_OOM})
     assert top(report).cause_id == "oom.capacity"
     assert "Rank 0 ran" in top(report).summary
@@ -414,23 +414,23 @@ def test_the_same_error_twice_is_one_event(tmp_path: Path):
         ("same_device", "oom.same_device"),
     ],
 )
-def test_snapshots_decide(folder: str, cause: str):
-    report = triage(get_playbook("oom"), {"paths": [str(FIXTURES / folder)]})
+def test_snapshots_decide(folder: str, cause: str) -> None:
+    report = follow(get_playbook("oom"), {"paths": [str(FIXTURES / folder)]})
     assert [r.tool for r in report.tool_runs] == ["collect_files", "read_memory"]
     assert top(report).cause_id == cause
 
 
-def test_snapshot_findings_name_the_user_line():
-    leak = top(triage(get_playbook("oom"), {"paths": [str(FIXTURES / "leak")]}))
+def test_snapshot_findings_name_the_user_line() -> None:
+    leak = top(follow(get_playbook("oom"), {"paths": [str(FIXTURES / "leak")]}))
     assert leak.location is not None and (leak.location.file, leak.location.line) == (
         "/work/train.py",
         63,
     )
-    frag = top(triage(get_playbook("oom"), {"paths": [str(FIXTURES / "fragmented")]}))
+    frag = top(follow(get_playbook("oom"), {"paths": [str(FIXTURES / "fragmented")]}))
     assert "512.00 MiB" in frag.summary and "2.00 GiB" in frag.summary
 
 
-def test_a_log_and_its_snapshot_together(tmp_path: Path):
+def test_a_log_and_its_snapshot_together(tmp_path: Path) -> None:
     report = run_oom(tmp_path, {"train.log": FRAGMENTED}, FIXTURES / "fragmented")
     verdict = top(report)
     assert verdict.cause_id == "oom.fragmentation" and verdict.confidence >= 0.85
@@ -447,15 +447,16 @@ def cli_top(*args: str) -> dict[str, object]:
     assert done.returncode == 0, done.stderr
     hypotheses = json.loads(done.stdout)["hypotheses"]
     assert hypotheses
-    return hypotheses[0]
+    top: dict[str, object] = hypotheses[0]
+    return top
 
 
-def test_cli_oom_on_a_log(tmp_path: Path):
+def test_cli_oom_on_a_log(tmp_path: Path) -> None:
     log = tmp_path / "rank3.log"
     log.write_text(TORCH_LOAD)
     verdict = cli_top(str(log))
     assert verdict["cause_id"] == "oom.same_device" and verdict["ranks"] == [3]
 
 
-def test_cli_oom_on_a_snapshot_folder():
+def test_cli_oom_on_a_snapshot_folder() -> None:
     assert cli_top(str(FIXTURES / "fragmented"))["cause_id"] == "oom.fragmentation"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from triage.engine import gather, triage
+from triage.engine import follow, gather
 from triage.models import Evidence
 from triage.observations import LogSignal
 from triage.playbooks import (
@@ -22,31 +22,36 @@ from triage.registry import DOC_SECTIONS, REGISTRY, RULES, Registry, ToolOutput
 from triage.taxonomy import CAUSES
 
 
-def test_bundled_hang_playbook_names_registered_tools():
+def test_bundled_hang_playbook_names_registered_tools() -> None:
     playbook = get_playbook("hang")
     assert playbook.symptom == "hang"
-    assert [s.tool for s in playbook.steps][:3] == [
+    assert [s.tool for s in playbook.steps][:4] == [
         "discover_ranks",
+        "signal_probes",
         "check_environment",
         "dump_stacks",
     ]
+    signalling = playbook.steps[1]  # acts on the job: only when the user asked
+    assert (
+        signalling.needs == ["signal_probe", "pids"] and not REGISTRY.get("signal_probes").read_only
+    )
     assert [s.tool for s in playbook.steps if s.background] == ["check_environment"]
     assert "## 1." in playbook.body
 
 
-def test_every_bundled_playbook_runs_registered_tools_only():
+def test_every_bundled_playbook_runs_registered_tools_only() -> None:
     for playbook in load_playbooks().values():
         assert all(step.tool in REGISTRY for step in playbook.steps), playbook.name
 
 
-def test_every_rule_has_a_known_cause_and_full_doc():
+def test_every_rule_has_a_known_cause_and_full_doc() -> None:
     assert RULES
     for rule in RULES.values():
         assert rule.cause_id in CAUSES
         assert all(rule.doc.get(section) for section in DOC_SECTIONS), rule.id
 
 
-def test_every_hang_cause_has_a_rule():
+def test_every_hang_cause_has_a_rule() -> None:
     covered = {r.cause_id for r in RULES.values()}
     wanted = {
         "hang.mismatched_collective", "hang.rank_not_in_collective", "hang.rank_exited",
@@ -55,14 +60,14 @@ def test_every_hang_cause_has_a_rule():
     assert wanted <= covered
 
 
-def test_bad_front_matter_is_a_one_line_error(tmp_path: Path):
+def test_bad_front_matter_is_a_one_line_error(tmp_path: Path) -> None:
     path = tmp_path / "bad.md"
     path.write_text("+++\nname = 'x'\n+++\nbody")
     with pytest.raises(PlaybookError, match="bad.md"):
         parse_playbook(path)
 
 
-def test_user_playbook_overrides_and_readmes_are_skipped(tmp_path: Path):
+def test_user_playbook_overrides_and_readmes_are_skipped(tmp_path: Path) -> None:
     (tmp_path / "README.md").write_text("# not a playbook")
     source = get_playbook("hang").path
     text = Path(source).read_text().replace('title = "Hang', 'title = "Site hang')
@@ -70,14 +75,14 @@ def test_user_playbook_overrides_and_readmes_are_skipped(tmp_path: Path):
     assert load_playbooks([tmp_path])["hang"].title.startswith("Site hang")
 
 
-def test_dead_pid_yields_a_gap_and_the_fallback_not_a_crash():
-    report = triage(get_playbook("hang"), {"pids": [2**22 + 12345]})
+def test_dead_pid_yields_a_gap_and_the_fallback_not_a_crash() -> None:
+    report = follow(get_playbook("hang"), {"pids": [2**22 + 12345]})
     assert report.hypotheses[0].cause_id == "hang.unknown"
     assert any("does not exist" in gap.reason for gap in report.gaps)
     assert report.tool_runs[0].tool == "discover_ranks"
 
 
-def test_background_step_overlaps_the_next_and_lands_in_playbook_order():
+def test_background_step_overlaps_the_next_and_lands_in_playbook_order() -> None:
     """A background step runs while the next one does; the report keeps playbook order."""
     registry = Registry()
     started = threading.Event()
@@ -116,7 +121,7 @@ def _log_signal(name: str, text: str) -> Evidence:
     )
 
 
-def test_next_steps_are_plain_strings_or_tables_with_conditions(tmp_path: Path):
+def test_next_steps_are_plain_strings_or_tables_with_conditions(tmp_path: Path) -> None:
     path = tmp_path / "site.md"
     path.write_text(
         '+++\nname = "site"\nsymptom = "hang"\ntitle = "t"\nsummary = "s"\nsteps = []\n'
@@ -142,7 +147,7 @@ def test_next_steps_are_plain_strings_or_tables_with_conditions(tmp_path: Path):
     assert unless_detail.applies([overview]) and not unless_detail.applies([detail])
 
 
-def test_a_malformed_next_step_is_a_one_line_error(tmp_path: Path):
+def test_a_malformed_next_step_is_a_one_line_error(tmp_path: Path) -> None:
     path = tmp_path / "bad.md"
     path.write_text(
         '+++\nname = "x"\nsymptom = "hang"\ntitle = "t"\nsummary = "s"\nsteps = []\n'
@@ -152,7 +157,7 @@ def test_a_malformed_next_step_is_a_one_line_error(tmp_path: Path):
         parse_playbook(path)
 
 
-def test_the_hang_playbook_leaves_out_what_the_evidence_shows_done(tmp_path: Path):
+def test_the_hang_playbook_leaves_out_what_the_evidence_shows_done(tmp_path: Path) -> None:
     """Flight Recorder dumps were read and the logs hold DETAIL output: suggesting either
     again is noise; NCCL_DEBUG=INFO is still worth suggesting."""
     lines = [
@@ -165,8 +170,8 @@ def test_the_hang_playbook_leaves_out_what_the_evidence_shows_done(tmp_path: Pat
     ]
     (tmp_path / "rank0.log").write_text("\n".join(lines) + "\n")
     fr = Path(__file__).parent / "fixtures" / "flight_recorder" / "mismatched_collective"
-    plain = triage(get_playbook("hang"), {"paths": [str(tmp_path)]})
-    both = triage(get_playbook("hang"), {"paths": [str(tmp_path)], "flight_recorder_dir": str(fr)})
+    plain = follow(get_playbook("hang"), {"paths": [str(tmp_path)]})
+    both = follow(get_playbook("hang"), {"paths": [str(tmp_path)], "flight_recorder_dir": str(fr)})
     assert any("Capture Flight Recorder" in s for s in plain.next_steps)
     assert not any("TORCH_DISTRIBUTED_DEBUG=DETAIL" in s for s in plain.next_steps)
     assert not any("Capture Flight Recorder" in s for s in both.next_steps)

@@ -19,12 +19,12 @@ import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from tests.conftest import requires_torch
-from triage.job import probe_signal
+from triage.job import probe_protocol, probe_signal
 from triage.observations import ProbeSnapshot
 from triage.readers.safe_pickle import load_untrusted
 from triage.scenarios import free_port
@@ -43,7 +43,7 @@ def world() -> Iterator[Any]:
     """A gloo group of one rank in this process: torch.distributed, initialised."""
     import torch.distributed as dist
 
-    store = dist.TCPStore("127.0.0.1", free_port(), 1, True, timeout=timedelta(seconds=30))
+    store = dist.TCPStore("127.0.0.1", free_port(), 1, True, timeout=timedelta(seconds=30))  # type: ignore[attr-defined]
     dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     try:
         yield dist
@@ -92,10 +92,11 @@ def test_a_snapshot_holds_the_model_as_this_rank_sees_it(world: Any, tmp_path: P
         "cpu",
     )
     assert weight.value is not None and weight.grad is not None
-    assert weight.value.checksum == digest(net[0].weight)
-    assert weight.grad.checksum == digest(net[0].weight.grad)
-    assert weight.value.sum == pytest.approx(net[0].weight.double().sum().item())
-    assert weight.value.norm == pytest.approx(net[0].weight.double().norm().item())
+    first = cast(nn.Linear, net[0])  # Sequential indexes as a plain Module
+    assert weight.value.checksum == digest(first.weight)
+    assert weight.grad.checksum == digest(first.weight.grad)
+    assert weight.value.sum == pytest.approx(first.weight.double().sum().item())
+    assert weight.value.norm == pytest.approx(first.weight.double().norm().item())
     running = by_name["1.running_mean"]
     assert running.kind == "buffer" and running.grad is None and running.placements is None
     assert snap.optimizer is not None and snap.optimizer["class"] == "Adam"
@@ -240,7 +241,7 @@ def test_replica_verdicts_name_outliers_and_the_first_step() -> None:
     verdicts = {(d.name, d.what): d for d in found}
     assert set(verdicts) == {("w", "value"), ("b", "grad_presence")}
     w = verdicts[("w", "value")]
-    assert (w.ranks, w.agreeing, w.max_relative_diff) == ([2], [0, 1], pytest.approx(0.5))
+    assert (w.ranks, w.agreeing, w.max_relative_diff) == ([2], [0, 1], pytest.approx(0.5))  # type: ignore[comparison-overlap]
     assert verdicts[("b", "grad_presence")].ranks == [1]
     # two ranks, two values: no majority, both are listed
     _, tie = _replicas._verdict({0: {"w": entry("a", 1.0)}, 1: {"w": entry("b", 3.0)}})
@@ -297,13 +298,14 @@ def test_comm_summary_returns_the_result_and_counts(world: Any) -> None:
     assert "result" not in summary.to_dict()
 
 
-def test_the_sender_and_the_probe_agree_on_the_protocol() -> None:
-    assert probe_signal.DUMP_DIR_ENV == _common.DUMP_DIR_ENV
-    assert probe_signal.DEFAULT_DUMP_DIR == _common.DEFAULT_DUMP_DIR
-    assert probe_signal.SNAPSHOT_PREFIX == _common.SNAPSHOT_PREFIX
-    assert probe_signal.THREAD_NAME == _common.THREAD_NAME
-    assert probe_signal.snapshots_of  # names it globs for are the ones the probe writes
-    assert NAME.match(_snapshot.file_name(3, 12))
+def test_the_sender_and_the_probe_agree_on_the_protocol(tmp_path: Path) -> None:
+    name = _snapshot.file_name(3, 12)
+    assert NAME.match(name)
+    (tmp_path / name).write_text("{}")
+    assert probe_signal.snapshots_of(tmp_path, os.getpid()) == {tmp_path / name}
+    assert _common.DIR_ENV == probe_protocol.FR_DIR_ENV and probe.THREAD_NAME == "triage-probe"
+    assert probe_protocol.signal_of(probe_protocol.thread_name(10, True)) == 10
+    assert probe_protocol.signal_of(probe_protocol.thread_name(10, False)) is None
 
 
 def test_importing_the_probe_imports_neither_torch_nor_pydantic() -> None:

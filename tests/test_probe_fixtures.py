@@ -42,7 +42,8 @@ TENSORS = {
 
 
 def expected(directory: Path) -> dict[str, Any]:
-    return json.loads((directory / "expected.json").read_text())
+    data: dict[str, Any] = json.loads((directory / "expected.json").read_text())
+    return data
 
 
 @functools.cache
@@ -66,12 +67,12 @@ def verdict(report: dict[str, Any]) -> str:
     )
 
 
-def test_every_wrong_results_scenario_is_covered():
+def test_every_wrong_results_scenario_is_covered() -> None:
     assert {d.name for d in WRONG} == set(TENSORS)
 
 
 @pytest.mark.parametrize("directory", WRONG, ids=lambda p: p.name)
-def test_the_job_folder_names_the_planted_cause_and_culprits(directory: Path):
+def test_the_job_folder_names_the_planted_cause_and_culprits(directory: Path) -> None:
     want, report = expected(directory), job(directory)
     assert report["hypotheses"], report["gaps"]
     top = report["hypotheses"][0]
@@ -81,7 +82,7 @@ def test_the_job_folder_names_the_planted_cause_and_culprits(directory: Path):
 
 
 @pytest.mark.parametrize("directory", WRONG, ids=lambda p: p.name)
-def test_the_snapshots_alone_name_tensors_ranks_and_line(directory: Path):
+def test_the_snapshots_alone_name_tensors_ranks_and_line(directory: Path) -> None:
     want, report = expected(directory), analyze(directory / "probe")
     top = report["hypotheses"][0]
     assert top["rule_id"].startswith("probe."), verdict(report)
@@ -95,14 +96,14 @@ def test_the_snapshots_alone_name_tensors_ranks_and_line(directory: Path):
     assert any(e["kind"] == "replica_check" for e in report["evidence"])
 
 
-def test_snapshots_under_no_sync_are_not_unsynced_gradients():
+def test_snapshots_under_no_sync_are_not_unsynced_gradients() -> None:
     """nan_one_rank accumulates two micro-batches under no_sync(): the local gradients
     between them differ by design, and DDP reduces them at the last one."""
     report = analyze(FIXTURES / "nan_one_rank" / "probe")
     assert "wrong.unsynced_grads" not in [h["cause_id"] for h in report["hypotheses"]]
 
 
-def test_ddp_that_reduced_nothing_is_unused_parameters_not_unsynced_gradients():
+def test_ddp_that_reduced_nothing_is_unused_parameters_not_unsynced_gradients() -> None:
     report = analyze(FIXTURES / "unused_head" / "probe")
     causes = [h["cause_id"] for h in report["hypotheses"]]
     assert causes[0] == "wrong.unused_parameters" and "wrong.unsynced_grads" not in causes
@@ -110,7 +111,7 @@ def test_ddp_that_reduced_nothing_is_unused_parameters_not_unsynced_gradients():
 
 
 @pytest.mark.parametrize("directory", WRONG, ids=lambda p: p.name)
-def test_snapshots_of_a_running_job_raise_no_hang(directory: Path):
+def test_snapshots_of_a_running_job_raise_no_hang(directory: Path) -> None:
     """Snapshots taken by calls hold no Flight Recorder dump (ranks reach a call at different
     moments, so their dumps would disagree about finished collectives)."""
     report = job(directory)
@@ -119,7 +120,7 @@ def test_snapshots_of_a_running_job_raise_no_hang(directory: Path):
     )
 
 
-def test_the_hung_job_names_the_rank_in_the_rank_dependent_collective():
+def test_the_hung_job_names_the_rank_in_the_rank_dependent_collective() -> None:
     """Two ranks, one in each op: the tie goes to the call under the rank-dependent `if`."""
     directory = FIXTURES / "hung_collective"
     want, report = expected(directory), job(directory)
@@ -130,7 +131,7 @@ def test_the_hung_job_names_the_rank_in_the_rank_dependent_collective():
     assert any(e["kind"] == "probe_snapshot" for e in report["evidence"])
 
 
-def test_signal_snapshots_alone_give_the_hang_its_stacks():
+def test_signal_snapshots_alone_give_the_hang_its_stacks() -> None:
     """Where py-spy cannot attach, the snapshots taken on the signal hold each rank's main
     thread where it blocks: the stack rules name the rank and line from them alone."""
     directory = FIXTURES / "hung_collective"

@@ -125,7 +125,7 @@ def checks(folder: Path) -> list[ReplicaCheck]:
 # --- wrong.unsynced_grads ----------------------------------------------------------------
 
 
-def test_unreduced_gradients_are_unsynced_grads_with_names_ranks_and_line(tmp_path: Path):
+def test_unreduced_gradients_are_unsynced_grads_with_names_ranks_and_line(tmp_path: Path) -> None:
     for rank in range(4):
         write(tmp_path, rank, 0, [param("fc.weight", 1.0), param("fc.bias", 2.0)])
         write(
@@ -152,7 +152,7 @@ def test_unreduced_gradients_are_unsynced_grads_with_names_ranks_and_line(tmp_pa
     assert report.playbook == "wrong_results"
 
 
-def test_one_replica_drifting_is_named_by_majority_vote(tmp_path: Path):
+def test_one_replica_drifting_is_named_by_majority_vote(tmp_path: Path) -> None:
     """Gradients zeroed (set_to_none) before the snapshot: the drift alone shows it."""
     for rank in range(4):
         write(tmp_path, rank, 0, [param("fc.weight", 1.0)], wrappers=DDP)
@@ -163,7 +163,7 @@ def test_one_replica_drifting_is_named_by_majority_vote(tmp_path: Path):
     assert 0.75 <= top.confidence < 0.9
 
 
-def test_ddp_gradients_that_differ_name_the_bypassed_wrapper(tmp_path: Path):
+def test_ddp_gradients_that_differ_name_the_bypassed_wrapper(tmp_path: Path) -> None:
     for rank in range(2):
         write(tmp_path, rank, 0, [param("fc.weight", 1.0, grad=rank)], wrappers=DDP, world=2)
     top = analyze(tmp_path).hypotheses[0]
@@ -174,7 +174,7 @@ def test_ddp_gradients_that_differ_name_the_bypassed_wrapper(tmp_path: Path):
 # --- wrong.init_mismatch -----------------------------------------------------------------
 
 
-def test_weights_different_from_the_first_snapshot_are_init_mismatch(tmp_path: Path):
+def test_weights_different_from_the_first_snapshot_are_init_mismatch(tmp_path: Path) -> None:
     for rank in range(4):
         weight = 7.0 if rank == 2 else 1.0
         write(tmp_path, rank, 0, [param("fc.weight", weight), param("fc.bias", 0.5)])
@@ -197,7 +197,9 @@ def adam(state_tensors: int) -> dict[str, Any]:
     return {"class": "Adam", "param_groups": groups, "state_tensors": state_tensors}
 
 
-def test_before_the_first_step_different_weights_are_init_mismatch_for_sure(tmp_path: Path):
+def test_before_the_first_step_different_weights_are_init_mismatch_for_sure(
+    tmp_path: Path,
+) -> None:
     for rank in range(2):
         write(tmp_path, rank, 0, [param("fc.weight", 1.0 + rank)], world=2, optimizer=adam(0))
     top = analyze(tmp_path).hypotheses[0]
@@ -205,7 +207,7 @@ def test_before_the_first_step_different_weights_are_init_mismatch_for_sure(tmp_
     assert "no step has run" in top.summary and top.confidence >= 0.9
 
 
-def test_after_steps_different_weights_are_only_likely_init_mismatch(tmp_path: Path):
+def test_after_steps_different_weights_are_only_likely_init_mismatch(tmp_path: Path) -> None:
     for rank in range(2):
         write(tmp_path, rank, 0, [param("fc.weight", 1.0 + rank)], world=2, optimizer=adam(2))
     report = analyze(tmp_path)
@@ -222,7 +224,7 @@ def test_after_steps_different_weights_are_only_likely_init_mismatch(tmp_path: P
 # --- wrong.unused_parameters -------------------------------------------------------------
 
 
-def test_parameters_without_grad_on_some_ranks_are_unused_parameters(tmp_path: Path):
+def test_parameters_without_grad_on_some_ranks_are_unused_parameters(tmp_path: Path) -> None:
     for rank in range(4):
         unused = rank == 1
         write(
@@ -244,7 +246,7 @@ def test_parameters_without_grad_on_some_ranks_are_unused_parameters(tmp_path: P
     assert top.confidence >= 0.8
 
 
-def test_snapshot_after_zero_grad_is_not_unused_parameters(tmp_path: Path):
+def test_snapshot_after_zero_grad_is_not_unused_parameters(tmp_path: Path) -> None:
     for rank in range(2):
         write(tmp_path, rank, 0, [param("fc.weight", 1.0), param("fc.bias", 2.0)], world=2)
     report = analyze(tmp_path, symptom="wrong")
@@ -254,7 +256,7 @@ def test_snapshot_after_zero_grad_is_not_unused_parameters(tmp_path: Path):
 # --- wrong.nan ---------------------------------------------------------------------------
 
 
-def test_nan_on_one_rank_is_wrong_nan_not_unsynced_grads(tmp_path: Path):
+def test_nan_on_one_rank_is_wrong_nan_not_unsynced_grads(tmp_path: Path) -> None:
     for rank in range(4):
         write(tmp_path, rank, 0, [param("fc.weight", 1.0, grad=0.5)], wrappers=DDP)
         bad = rank == 3
@@ -271,7 +273,7 @@ def test_nan_on_one_rank_is_wrong_nan_not_unsynced_grads(tmp_path: Path):
 # --- wrong.batchnorm_sync ----------------------------------------------------------------
 
 
-def test_batchnorm_statistics_that_differ_while_weights_agree(tmp_path: Path):
+def test_batchnorm_statistics_that_differ_while_weights_agree(tmp_path: Path) -> None:
     for rank in range(4):
         write(
             tmp_path,
@@ -304,7 +306,7 @@ def dtensor(name: str, value: object, placements: list[str], **fields: Any) -> T
     return param(name, value, placements=placements, mesh=0, **fields)
 
 
-def test_shards_are_never_compared_only_replicas_across_replicate_dims(tmp_path: Path):
+def test_shards_are_never_compared_only_replicas_across_replicate_dims(tmp_path: Path) -> None:
     """Mesh (dp=2, tp=2), [Replicate(), Shard(0)]: ranks 0,2 hold shard 0 and ranks 1,3 shard
     1. Different shards are expected; replicas of one shard must match."""
     for rank in range(4):
@@ -318,7 +320,7 @@ def test_shards_are_never_compared_only_replicas_across_replicate_dims(tmp_path:
     assert "wrong.placement" not in causes(analyze(tmp_path))
 
 
-def test_a_replica_of_a_shard_that_differs_is_named(tmp_path: Path):
+def test_a_replica_of_a_shard_that_differs_is_named(tmp_path: Path) -> None:
     for rank in range(4):
         shard = rank % 2
         content = "odd" if rank == 3 else f"shard{shard}"
@@ -333,7 +335,7 @@ def test_a_replica_of_a_shard_that_differs_is_named(tmp_path: Path):
     assert "Replicate" in top.summary
 
 
-def test_replicas_on_a_replicate_dim_that_drift_apart_are_unsynced(tmp_path: Path):
+def test_replicas_on_a_replicate_dim_that_drift_apart_are_unsynced(tmp_path: Path) -> None:
     """HSDP-like (dp=2, tp=2): ranks 1 and 3 hold the same shard; identical at step 0, not at
     step 1, so the replicate dim lost its gradient reduction."""
     for call in range(2):
@@ -347,7 +349,7 @@ def test_replicas_on_a_replicate_dim_that_drift_apart_are_unsynced(tmp_path: Pat
     assert "wrong.placement" not in causes(report)
 
 
-def test_partial_parameters_are_a_weak_placement_hint(tmp_path: Path):
+def test_partial_parameters_are_a_weak_placement_hint(tmp_path: Path) -> None:
     mesh = MeshRecord(device_type="cpu", shape=[2], ranks=[0, 1])
     for rank in range(2):
         write(tmp_path, rank, 0, [dtensor("w", rank, ["Partial(sum)"])], world=2, meshes=[mesh])
@@ -358,7 +360,7 @@ def test_partial_parameters_are_a_weak_placement_hint(tmp_path: Path):
     assert "Partial" in top.summary
 
 
-def test_placements_that_differ_across_ranks(tmp_path: Path):
+def test_placements_that_differ_across_ranks(tmp_path: Path) -> None:
     mesh = MeshRecord(device_type="cpu", shape=[4], ranks=[0, 1, 2, 3])
     for rank in range(4):
         placement, local = ("Shard(dim=1)", [4, 1]) if rank == 2 else ("Shard(dim=0)", [1, 4])
@@ -381,7 +383,7 @@ def test_placements_that_differ_across_ranks(tmp_path: Path):
 )
 def test_placements_that_do_not_fit_the_mesh(
     tmp_path: Path, placements: list[str], local: list[int], says: str
-):
+) -> None:
     mesh = MeshRecord(device_type="cpu", shape=[4], ranks=[0, 1, 2, 3])
     for rank in range(4):
         write(tmp_path, rank, 0, [dtensor("w", rank, placements, local_shape=local)], meshes=[mesh])
@@ -390,7 +392,7 @@ def test_placements_that_do_not_fit_the_mesh(
     assert says in top.summary
 
 
-def test_uneven_shards_follow_torch_chunk(tmp_path: Path):
+def test_uneven_shards_follow_torch_chunk(tmp_path: Path) -> None:
     """A dim of 10 over 4 ranks splits 3,3,3,1: not a misfit."""
     mesh = MeshRecord(device_type="cpu", shape=[4], ranks=[0, 1, 2, 3])
     for rank, rows in enumerate([3, 3, 3, 1]):
@@ -402,7 +404,7 @@ def test_uneven_shards_follow_torch_chunk(tmp_path: Path):
 # --- config.world_size_mismatch ----------------------------------------------------------
 
 
-def test_a_mesh_smaller_than_the_world_leaves_ranks_outside(tmp_path: Path):
+def test_a_mesh_smaller_than_the_world_leaves_ranks_outside(tmp_path: Path) -> None:
     mesh = MeshRecord(device_type="cpu", shape=[2], dim_names=["tp"], ranks=[0, 1])
     for rank in range(4):
         local = [2, 4] if rank < 2 else [0, 4]
@@ -414,7 +416,7 @@ def test_a_mesh_smaller_than_the_world_leaves_ranks_outside(tmp_path: Path):
     assert "mesh [2] (tp)" in found.summary and "a world of 4" in found.summary
 
 
-def test_a_mesh_bigger_than_the_world(tmp_path: Path):
+def test_a_mesh_bigger_than_the_world(tmp_path: Path) -> None:
     mesh = MeshRecord(device_type="cpu", shape=[2, 4], ranks=list(range(8)))
     for rank in range(4):
         write(tmp_path, rank, 0, [param("fc.weight", 1.0)], meshes=[mesh])
@@ -426,7 +428,7 @@ def test_a_mesh_bigger_than_the_world(tmp_path: Path):
 # --- reading: files, grouping, scale -----------------------------------------------------
 
 
-def test_an_invalid_snapshot_is_a_gap_naming_the_file(tmp_path: Path):
+def test_an_invalid_snapshot_is_a_gap_naming_the_file(tmp_path: Path) -> None:
     for rank in range(2):
         write(tmp_path, rank, 0, [param("fc.weight", 1.0 + rank)], world=2)
     broken = tmp_path / "triage-probe-rank2-call0000-pid9.json"
@@ -441,7 +443,7 @@ def test_an_invalid_snapshot_is_a_gap_naming_the_file(tmp_path: Path):
     assert [r.tool for r in report.tool_runs] == ["collect_files", "read_probe_snapshots"]
 
 
-def test_hostile_values_cost_bounded_work_and_never_raise(tmp_path: Path):
+def test_hostile_values_cost_bounded_work_and_never_raise(tmp_path: Path) -> None:
     pair = MeshRecord(device_type="cpu", shape=[2], ranks=[0, 1])
     empty = MeshRecord(device_type="cpu", shape=[0], ranks=[])
     for rank in range(2):
@@ -462,7 +464,7 @@ def test_hostile_values_cost_bounded_work_and_never_raise(tmp_path: Path):
     assert "without a mesh" in details["b"]
 
 
-def test_snapshots_are_routed_to_their_reader_not_to_logs_or_memory(tmp_path: Path):
+def test_snapshots_are_routed_to_their_reader_not_to_logs_or_memory(tmp_path: Path) -> None:
     for rank in range(2):
         path = write(tmp_path, rank, 0, [param("fc.weight", 1.0)], world=2)
         data = json.loads(path.read_text())  # memory counters a memory reader would take
@@ -483,7 +485,7 @@ def test_snapshots_are_routed_to_their_reader_not_to_logs_or_memory(tmp_path: Pa
     assert {e.kind for e in report.evidence} >= {"replica_check", "probe_snapshot"}
 
 
-def test_tags_align_ranks_that_snapshot_a_different_number_of_times(tmp_path: Path):
+def test_tags_align_ranks_that_snapshot_a_different_number_of_times(tmp_path: Path) -> None:
     """Rank 0 took an extra snapshot: the call indices shift, the tags still line up."""
     write(tmp_path, 0, 0, [param("w", 1.0)], world=2, tag="warmup")
     for rank in range(2):
@@ -496,7 +498,7 @@ def test_tags_align_ranks_that_snapshot_a_different_number_of_times(tmp_path: Pa
     assert divergence.matched_at == "step 10" and divergence.since == "step 20"
 
 
-def test_only_the_latest_process_of_a_rank_is_compared(tmp_path: Path):
+def test_only_the_latest_process_of_a_rank_is_compared(tmp_path: Path) -> None:
     for rank in range(2):
         write(tmp_path, rank, 0, [param("w", 9.0 + rank)], world=2, pid=50 + rank)
         write(tmp_path, rank, 0, [param("w", 1.0)], world=2, pid=5000 + rank)
@@ -506,7 +508,7 @@ def test_only_the_latest_process_of_a_rank_is_compared(tmp_path: Path):
     assert any("earlier process of the same rank" in g.reason for g in run.gaps)
 
 
-def test_thousands_of_rank_tensors_stay_small_and_fast(tmp_path: Path):
+def test_thousands_of_rank_tensors_stay_small_and_fast(tmp_path: Path) -> None:
     """512 ranks x 50 parameters, rank 137 off on every parameter: one culprit, bounded
     evidence, read in seconds."""
     names = [f"layers.{i}.weight" for i in range(50)]

@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import REPO, requires_torch, triage_cli
 from tests.test_runner import env, read_report, torchrun, triage_run
-from triage.observations import ProbeSnapshot
+from triage.observations import ProbeRequest, ProbeSnapshot
 from triage.scenarios import RankJob, pid_alive
 from triage.scenarios.wrong import PROBE_DIR, WRONG_JOBS, run_wrong
 
@@ -254,7 +254,8 @@ def test_a_hung_job_answers_the_signal_and_stays_hung(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout)
     assert report["notes"][0].startswith("--signal-probe: sent triage.probe's signal to 2 ranks")
-    files = report["targets"]["snapshot_files"]
+    [asked] = [e for e in report["evidence"] if e["kind"] == ProbeRequest.EVIDENCE_KIND]
+    files = asked["data"]["snapshot_files"]
     assert sorted(Path(f).parent for f in files) == [tmp_path / PROBE_DIR] * 2
     hung_signal_snapshots(tmp_path / PROBE_DIR, job.marker_line("fault"), job.marker_line("wait"))
     assert report["hypotheses"][0]["cause_id"] == "hang.mismatched_collective"

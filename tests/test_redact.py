@@ -29,7 +29,7 @@ SHAPED = [
 
 
 @pytest.mark.parametrize("secret", SHAPED)
-def test_credentials_are_masked_by_shape(secret):
+def test_credentials_are_masked_by_shape(secret: str) -> None:
     text = f"[rank3]: RuntimeError: request with {secret} was refused"
     redacted = redact_text(text)
     assert secret not in redacted
@@ -53,11 +53,11 @@ def test_credentials_are_masked_by_shape(secret):
         ),
     ],
 )
-def test_values_of_secret_names_are_masked(text, expected):
+def test_values_of_secret_names_are_masked(text: str, expected: str) -> None:
     assert redact_text(text) == expected
 
 
-def test_escaped_json_and_basic_auth_leave_no_credential():
+def test_escaped_json_and_basic_auth_leave_no_credential() -> None:
     escaped = '{\\"token\\": \\"abc def\\", \\"step\\": 3}'
     assert "abc" not in redact_text(escaped) and '\\"step\\": 3' in redact_text(escaped)
     basic = redact_text("Authorization: Basic dXNlcjpwYXNzd29yZA==")
@@ -75,17 +75,17 @@ def test_escaped_json_and_basic_auth_leave_no_credential():
         "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB",
     ],
 )
-def test_prose_is_left_alone(prose):
+def test_prose_is_left_alone(prose: str) -> None:
     assert redact_text(prose) == prose
 
 
-def test_redaction_is_idempotent():
+def test_redaction_is_idempotent() -> None:
     text = 'HF_TOKEN="a b" Authorization: Basic dXNlcg== ' + " ".join(SHAPED)
     once = redact_text(text)
     assert redact_text(once) == once
 
 
-def test_structured_values_are_masked_by_key_then_by_shape():
+def test_structured_values_are_masked_by_key_then_by_shape() -> None:
     data = {
         "env": {"WANDB_API_KEY": "abc", "PORT": 29500, "NCCL_DEBUG": "INFO"},
         "lines": [f"token {SHAPED[0]}", {"session_id": 42}],
@@ -98,7 +98,7 @@ def test_structured_values_are_masked_by_key_then_by_shape():
     assert SHAPED[0] not in json.dumps(out)
 
 
-def test_environments_mask_secret_names_and_shapes():
+def test_environments_mask_secret_names_and_shapes() -> None:
     env = {"HF_TOKEN": "x", "MASTER_ADDR": "10.0.0.1", "EXTRA": f"--key {SHAPED[1]}"}
     assert redact_environment(env) == {
         "HF_TOKEN": MASK,
@@ -107,7 +107,7 @@ def test_environments_mask_secret_names_and_shapes():
     }
 
 
-def test_secret_names():
+def test_secret_names() -> None:
     for name in ("HF_TOKEN", "aws_secret_access_key", "--api-key", "X-Api-Key", "AccountKey"):
         assert is_secret_name(name), name
     for name in ("MASTER_ADDR", "NCCL_SOCKET_IFNAME", "monkey", "keyboard"):

@@ -32,27 +32,27 @@ def make_registry() -> Registry:
     return registry
 
 
-def test_ok_and_no_data():
+def test_ok_and_no_data() -> None:
     registry = make_registry()
     assert registry.run("echo", {"count": 2}).result.status is ToolStatus.ok
     empty = registry.run("echo", {"count": 0})
     assert empty.result.status is ToolStatus.no_data
 
 
-def test_schema_comes_from_the_signature():
+def test_schema_comes_from_the_signature() -> None:
     schema = make_registry().get("echo").input_schema()
     assert schema["required"] == ["count"]
     assert schema["properties"]["count"]["type"] == "integer"
 
 
-def test_tool_error_becomes_gap_with_hint():
+def test_tool_error_becomes_gap_with_hint() -> None:
     run = make_registry().run("refuses", {"path": "/x"})
     assert run.result.status is ToolStatus.error
     assert run.result.error == "/x: refused"
     assert run.gaps[0].hint == "do something else"
 
 
-def test_invalid_input_and_unknown_tool_and_crash_are_one_line_errors():
+def test_invalid_input_and_unknown_tool_and_crash_are_one_line_errors() -> None:
     registry = make_registry()
     bad = registry.run("echo", {"count": "many"})
     assert bad.result.status is ToolStatus.error and "invalid input" in (bad.result.error or "")
@@ -64,12 +64,12 @@ def test_invalid_input_and_unknown_tool_and_crash_are_one_line_errors():
     assert crash.result.error == "internal error: RuntimeError: boom"
 
 
-def test_output_is_bounded():
+def test_output_is_bounded() -> None:
     run = make_registry().run("echo", {"count": 3000, "label": "y" * 20})
     assert len(run.result.output) < 5000
 
 
-def test_rule_modules_are_named_by_their_rule_id():
+def test_rule_modules_are_named_by_their_rule_id() -> None:
     """`rules/<source>/<name>.py` holds rule `<source>.<name>`, so the path is the ID."""
     from triage.registry import RULES
 
@@ -79,7 +79,7 @@ def test_rule_modules_are_named_by_their_rule_id():
         assert rule.detect.__module__ == f"triage.rules.{rule.id}", rule.id
 
 
-def test_load_rules_imports_only_the_families_asked_for():
+def test_load_rules_imports_only_the_families_asked_for() -> None:
     code = (
         "import sys\n"
         "from triage.plugins import load_rules\n"
@@ -91,7 +91,7 @@ def test_load_rules_imports_only_the_families_asked_for():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_rule_families_of_playbook_globs():
+def test_rule_families_of_playbook_globs() -> None:
     from triage.plugins import rule_families
 
     assert rule_families(["hang.*"]) == {"hang"}
@@ -99,15 +99,15 @@ def test_rule_families_of_playbook_globs():
     assert rule_families(["*"]) is None
 
 
-def test_tool_modules_load_when_a_tool_is_first_needed():
+def test_tool_modules_load_when_a_tool_is_first_needed() -> None:
     code = (
         "import sys\n"
         "from triage.plugins import load_tools\n"
         "from triage.registry import REGISTRY\n"
         "load_tools()\n"
-        "assert 'scan_logs' in REGISTRY and 'triage.tools.logs' not in sys.modules\n"
+        "assert 'scan_logs' in REGISTRY and 'triage.tools.scan_logs' not in sys.modules\n"
         "REGISTRY.get('scan_logs')\n"
-        "assert 'triage.tools.logs' in sys.modules\n"
+        "assert 'triage.tools.scan_logs' in sys.modules\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

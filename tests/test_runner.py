@@ -16,12 +16,13 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
 from tests.conftest import requires_torch, triage_cli
-from triage.job import runner
+from triage.job import debug_env, dumps, probe_protocol, probe_signal, run, watch
 from triage.readers.safe_pickle import load_untrusted
 from triage.scenarios import free_port, main_thread, pid_alive, py_spy_dump
 from triage.scenarios.failures import FAILURES
@@ -114,8 +115,9 @@ def torchrun(script: Path | str) -> list[str]:
     ]
 
 
-def read_report(out: Path) -> dict:
-    return json.loads((out / "report.json").read_text())
+def read_report(out: Path) -> dict[str, Any]:
+    report: dict[str, Any] = json.loads((out / "report.json").read_text())
+    return report
 
 
 # -- settings ------------------------------------------------------------------------------
@@ -123,26 +125,26 @@ def read_report(out: Path) -> dict:
 
 def test_user_values_win_over_every_alias(tmp_path: Path) -> None:
     base = {"NCCL_DEBUG": "WARN", "TORCH_NCCL_TRACE_BUFFER_SIZE": "0", "PATH": "/bin"}
-    job = runner.job_environment(base, tmp_path, debug_detail=False)
+    job = debug_env.job_environment(base, tmp_path, debug_detail=False)
     assert job.env["NCCL_DEBUG"] == "WARN"
     # the user turned the recorder off under its old name: the new name must not turn it on
     assert "TORCH_FR_BUFFER_SIZE" not in job.env
     assert job.env["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "0"
     assert job.kept == {
         "NCCL_DEBUG": ("WARN", "INFO"),
-        "TORCH_NCCL_TRACE_BUFFER_SIZE": ("0", runner.FR_BUFFER_ENTRIES),
+        "TORCH_NCCL_TRACE_BUFFER_SIZE": ("0", debug_env.FR_BUFFER_ENTRIES),
     }
     assert job.env["NCCL_DEBUG_FILE"] == str(tmp_path / "nccl" / "nccl.%h.%p")
     assert job.env["TORCH_FR_DUMP_TEMP_FILE"] == str(tmp_path / "fr" / "nccl_trace_rank_")
     assert job.env["TRIAGE_FR_DIR"] == str(tmp_path / "fr")
     assert "TORCH_DISTRIBUTED_DEBUG" not in job.env
-    detail = runner.job_environment({}, tmp_path, debug_detail=True)
+    detail = debug_env.job_environment({}, tmp_path, debug_detail=True)
     assert detail.env["TORCH_DISTRIBUTED_DEBUG"] == "DETAIL"
 
 
 def test_buffer_size_name_follows_the_torch_version(tmp_path: Path) -> None:
     def names(version: tuple[int, int] | None) -> set[str]:
-        chosen = runner.settings(tmp_path, False, version)
+        chosen = debug_env.settings(tmp_path, False, version)
         buffer = next(s for s in chosen if "TORCH_FR_BUFFER_SIZE" in s.names)
         return set(buffer.only or buffer.names)
 
@@ -154,9 +156,9 @@ def test_buffer_size_name_follows_the_torch_version(tmp_path: Path) -> None:
 def test_output_folder_must_be_new_or_empty(tmp_path: Path) -> None:
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "notes.txt").write_text("mine")
-    with pytest.raises(runner.RunError, match="not an empty folder"):
-        runner.output_dir(tmp_path / "old")
-    out = runner.output_dir(tmp_path / "new")
+    with pytest.raises(debug_env.RunError, match="not an empty folder"):
+        debug_env.output_dir(tmp_path / "old")
+    out = debug_env.output_dir(tmp_path / "new")
     assert sorted(p.name for p in out.iterdir()) == ["fr", "nccl"]
 
 
@@ -228,7 +230,7 @@ def _text(path: Path) -> str:
     ],
 )
 def test_launchers_are_told_from_ranks(argv: list[str], launcher: bool) -> None:
-    assert runner.is_launcher(argv) is launcher
+    assert watch.is_launcher(argv) is launcher
 
 
 # -- the probe's signal --------------------------------------------------------------------
@@ -236,12 +238,11 @@ def test_launchers_are_told_from_ranks(argv: list[str], launcher: bool) -> None:
 
 def test_signal_goes_only_to_processes_with_the_probe(env: dict[str, str], tmp_path: Path) -> None:
     fr = tmp_path / "fr"
-    fr.mkdir()
-    env = dict(env, TRIAGE_FR_DIR=str(fr))
+    env = dict(env, TRIAGE_FR_DIR=str(fr), TRIAGE_DUMP_DIR=str(tmp_path / "probe"))
     sleeper = "import time; print('ready', flush=True); time.sleep(120)"
     probed_code = (
         "import triage.probe as p, time;"
-        " print('ready', p.DIR_ENV, p.MARKER_PREFIX, p.DEFAULT_PREFIX, flush=True); time.sleep(120)"
+        " print('ready', p.DIR_ENV, p.DUMP_DIR_ENV, p.DEFAULT_PREFIX, flush=True); time.sleep(120)"
     )
     plain = subprocess.Popen(
         [sys.executable, "-c", sleeper], env=env, stdout=subprocess.PIPE, text=True
@@ -251,28 +252,24 @@ def test_signal_goes_only_to_processes_with_the_probe(env: dict[str, str], tmp_p
     )
     assert plain.stdout is not None and probed.stdout is not None
     assert plain.stdout.readline().split() == ["ready"]
-    # the two sides of the protocol agree (the runner must not import the probe)
+    # the two sides of the protocol agree (the sender never imports the probe)
     assert probed.stdout.readline().split() == [
         "ready",
-        runner.PROBE_DIR_ENV,
-        runner.PROBE_MARKER_PREFIX,
-        runner.FR_PREFIX,
+        probe_protocol.FR_DIR_ENV,
+        probe_protocol.DUMP_DIR_ENV,
+        debug_env.FR_PREFIX,
     ]
-    # a forged marker: the process has no handler, so SIGUSR1 would kill it
-    (fr / f".probe-{plain.pid}").write_text(json.dumps({"pid": plain.pid, "signal": 10}))
-    dumped, gaps = runner.signal_probes([plain.pid, probed.pid], fr)
+    asked = probe_signal.request_snapshots([plain.pid, probed.pid], wait_s=5)
     assert plain.poll() is None and probed.poll() is None
-    assert dumped == []  # no torch in the probed process: nothing to dump, and it says why
-    assert [g.source for g in gaps] == [f"pid:{probed.pid}"]
-    assert "torch is not loaded" in gaps[0].reason
-    marker = json.loads((fr / f".probe-{probed.pid}").read_text())
-    assert marker["dumps"] == 0 and marker["signal"] == int(signal.SIGUSR1)
+    assert asked.sent == [] and asked.unprobed == [plain.pid]
+    # no torch in the probed process: nothing to dump, so it is not signalled, and it says why
+    assert [g.source for g in asked.probe_gaps()] == [f"pid:{probed.pid}"]
+    assert "torch is not loaded" in asked.probe_gaps()[0].reason
+    assert not fr.exists()  # the probe writes nothing until it is signalled
 
 
 def test_a_signal_the_job_handles_itself_is_never_sent(env: dict[str, str], tmp_path: Path) -> None:
     """SLURM requeue handlers live on SIGUSR1: the probe leaves it to them."""
-    fr = tmp_path / "fr"
-    env = dict(env, TRIAGE_FR_DIR=str(fr))
     before = (
         "import signal; signal.signal(signal.SIGUSR1, lambda *a: print('requeue!'));"
         " import triage.probe"
@@ -290,13 +287,12 @@ def test_a_signal_the_job_handles_itself_is_never_sent(env: dict[str, str], tmp_
         [sys.executable, "-c", after], env=env, stdout=subprocess.PIPE, text=True
     )
     assert taken.stdout is not None and taken.stdout.readline() == "ready\n"
-    marker = fr / f".probe-{taken.pid}"
     deadline = time.monotonic() + 30
-    while json.loads(marker.read_text())["owns_signal"]:  # the probe notices within a second
+    while probe_signal.probe_signal(taken.pid) is not None:  # renamed within a second
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    dumped, gaps = runner.signal_probes([taken.pid], fr)
-    assert dumped == [] and "its own handler" in gaps[0].reason
+    asked = probe_signal.request_snapshots([taken.pid], wait_s=5)
+    assert asked.sent == [] and "runs no triage.probe thread" in asked.gaps[0].reason
     taken.kill()
     assert "requeue!" not in taken.communicate()[0]
 
@@ -307,7 +303,7 @@ def test_nccl_dump_pipes_are_written_only_when_read(tmp_path: Path) -> None:
     os.mkfifo(gone)
     reader = os.open(listening, os.O_RDONLY | os.O_NONBLOCK)  # as ProcessGroupNCCL holds it
     try:
-        assert runner.trigger_nccl_pipes(tmp_path) == 1  # and no block on the other one
+        assert dumps.trigger_nccl_pipes(tmp_path) == 1  # and no block on the other one
         assert os.read(reader, 8) == b"1"
     finally:
         os.close(reader)
@@ -324,7 +320,7 @@ def test_dumps_written_elsewhere_by_the_users_settings_join(tmp_path: Path) -> N
         "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(theirs / "trace_"),
         "NCCL_DEBUG_FILE": str(out / "n.%h"),
     }
-    assert runner.outside_files(env, out, since=time.time() - 60) == [str(fresh)]
+    assert dumps.outside_files(env, out, since=time.time() - 60) == [str(fresh)]
 
 
 # -- real jobs -------------------------------------------------------------------------------
@@ -369,7 +365,7 @@ def test_hang_is_reported_with_probe_dumps_and_the_job_left_running(
     script.write_text(HANG_JOB)
     out = tmp_path / "run"
     done = triage_run(env, "--out", str(out), "--hang-after", "3", "--", *torchrun(script))
-    assert done.returncode == runner.HANG_EXIT_CODE, done.stderr[-3000:]
+    assert done.returncode == run.HANG_EXIT_CODE, done.stderr[-3000:]
     report = read_report(out)
     top = report["hypotheses"][0]
     assert (top["cause_id"], top["ranks"]) == ("hang.mismatched_collective", [0])
@@ -401,7 +397,7 @@ def test_kill_on_hang_without_probe_kills_the_tree_and_names_the_gap(
     done = triage_run(
         env, "--out", str(out), "--hang-after", "3", "--kill-on-hang", "--", *torchrun(script)
     )
-    assert done.returncode == runner.HANG_EXIT_CODE, done.stderr[-3000:]
+    assert done.returncode == run.HANG_EXIT_CODE, done.stderr[-3000:]
     report = read_report(out)
     assert report["hypotheses"][0]["cause_id"] == "hang.mismatched_collective"
     assert any("triage.probe" in gap["reason"] for gap in report["gaps"])

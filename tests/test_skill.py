@@ -50,18 +50,18 @@ def cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 # --- SKILL.md against the spec ----------------------------------------------------------
 
 
-def test_frontmatter_has_only_spec_keys():
+def test_frontmatter_has_only_spec_keys() -> None:
     assert {"name", "description"} <= FIELDS.keys()
     assert set(FIELDS) <= SPEC_KEYS
 
 
-def test_name_format():
+def test_name_format() -> None:
     assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", NAME)
     assert len(NAME) <= 64
     assert skill_name(SKILL_MD) == NAME
 
 
-def test_description_length_and_no_angle_brackets():
+def test_description_length_and_no_angle_brackets() -> None:
     description = FIELDS["description"]
     assert 0 < len(description) <= 1024
     assert "<" not in description and ">" not in description
@@ -71,11 +71,11 @@ def test_description_length_and_no_angle_brackets():
         assert word in description, word
 
 
-def test_optional_fields_within_spec_limits():
+def test_optional_fields_within_spec_limits() -> None:
     assert len(FIELDS.get("compatibility", "")) <= 500
 
 
-def test_body_is_short_and_teaches_the_workflow():
+def test_body_is_short_and_teaches_the_workflow() -> None:
     assert len(BODY.splitlines()) < 500
     for needle in (
         "triage hang --pids", "--launcher-pid", "triage tools list", "triage tools run",
@@ -86,7 +86,7 @@ def test_body_is_short_and_teaches_the_workflow():
         assert needle in BODY, needle
 
 
-def test_body_names_only_known_cause_ids():
+def test_body_names_only_known_cause_ids() -> None:
     from triage.taxonomy import CAUSES
 
     mentioned = set(re.findall(r"`((?:hang|comm|oom|wrong|config)\.[a-z_]+)`", BODY))
@@ -96,11 +96,11 @@ def test_body_names_only_known_cause_ids():
     assert mentioned - unknown <= set(CAUSES), mentioned - unknown - set(CAUSES)
 
 
-def test_body_links_to_the_hang_playbook():
+def test_body_links_to_the_hang_playbook() -> None:
     assert "playbooks/hang.md" in _relative_links(BODY)
 
 
-def test_every_relative_link_resolves_in_the_installed_folder(tmp_path: Path):
+def test_every_relative_link_resolves_in_the_installed_folder(tmp_path: Path) -> None:
     [installed] = install_skill(target=tmp_path)
     _, body = split_frontmatter(installed.read_text(encoding="utf-8"))
     links = _relative_links(body)
@@ -121,7 +121,7 @@ def test_every_relative_link_resolves_in_the_installed_folder(tmp_path: Path):
         ("gemini", ".gemini/skills"),
     ],
 )
-def test_user_install_per_agent(home: Path, agent: str, folder: str):
+def test_user_install_per_agent(home: Path, agent: str, folder: str) -> None:
     installed = install_skill(agent=agent)
     assert installed == [home / folder / NAME / "SKILL.md"]
     assert installed[0].read_text(encoding="utf-8") == SKILL_MD.read_text(encoding="utf-8")
@@ -137,14 +137,14 @@ def test_user_install_per_agent(home: Path, agent: str, folder: str):
         ("gemini", ".gemini/skills"),
     ],
 )
-def test_project_install_per_agent(home: Path, cwd: Path, agent: str, folder: str):
+def test_project_install_per_agent(home: Path, cwd: Path, agent: str, folder: str) -> None:
     installed = install_skill(agent=agent, scope="project")
     assert installed == [cwd / folder / NAME / "SKILL.md"]
     assert installed[0].is_file()
     assert not any(home.iterdir()), "project scope must not touch HOME"
 
 
-def test_all_installs_each_distinct_folder_once(home: Path):
+def test_all_installs_each_distinct_folder_once(home: Path) -> None:
     installed = install_skill(agent="all")
     assert sorted(installed) == sorted(
         home / folder / NAME / "SKILL.md"
@@ -153,13 +153,13 @@ def test_all_installs_each_distinct_folder_once(home: Path):
     assert all(path.is_file() for path in installed)
 
 
-def test_target_overrides_agent_folders(home: Path, tmp_path: Path):
+def test_target_overrides_agent_folders(home: Path, tmp_path: Path) -> None:
     target = tmp_path / "skills"
     assert install_skill(agent="all", target=target) == [target.resolve() / NAME / "SKILL.md"]
     assert not any(home.iterdir())
 
 
-def test_reinstall_replaces_cleanly(home: Path):
+def test_reinstall_replaces_cleanly(home: Path) -> None:
     [first] = install_skill()
     folder = first.parent
     (folder / "playbooks" / "stale.md").write_text("left over from an older version")
@@ -177,26 +177,26 @@ def test_reinstall_replaces_cleanly(home: Path):
 
 
 @pytest.mark.parametrize("agent", ["bogus", "Claude", ""])
-def test_invalid_agent_raises(home: Path, agent: str):
+def test_invalid_agent_raises(home: Path, agent: str) -> None:
     with pytest.raises(ValueError, match="claude") as info:
         install_skill(agent=agent)
     assert "\n" not in str(info.value)
     assert not any(home.iterdir())
 
 
-def test_invalid_scope_raises(home: Path):
+def test_invalid_scope_raises(home: Path) -> None:
     with pytest.raises(ValueError, match="scope"):
         install_skill(scope="global")
 
 
-def test_agents_listed():
+def test_agents_listed() -> None:
     assert set(AGENTS) == {"claude", "codex", "gemini", "cursor", "all"}
 
 
 # --- the CLI ---------------------------------------------------------------------------
 
 
-def test_cli_install_into_target(tmp_path: Path):
+def test_cli_install_into_target(tmp_path: Path) -> None:
     done = subprocess.run(
         triage_cli("skill", "install", "--agent", "claude", "--target", str(tmp_path)),
         capture_output=True, text=True, timeout=60,
@@ -207,7 +207,7 @@ def test_cli_install_into_target(tmp_path: Path):
     assert str(installed) in done.stdout
 
 
-def test_cli_bogus_agent_is_one_line_error(tmp_path: Path):
+def test_cli_bogus_agent_is_one_line_error(tmp_path: Path) -> None:
     done = subprocess.run(
         triage_cli("skill", "install", "--agent", "bogus", "--target", str(tmp_path)),
         capture_output=True, text=True, timeout=60,

@@ -29,7 +29,7 @@ def collective(op: str, user_line: int, **locals_: str) -> list[Frame]:
     )
 
 
-def test_collective_names_op_and_user_frame():
+def test_collective_names_op_and_user_frame() -> None:
     state = classify(collective("all_reduce", 42, group="None"), pid=1, rank=0)
     assert state.activity is RankActivity.collective
     assert state.op == "all_reduce"
@@ -38,13 +38,13 @@ def test_collective_names_op_and_user_frame():
     assert [f.function for f in state.call_path] == ["<module>", "main", "train"]
 
 
-def test_p2p_reads_peer_from_locals():
+def test_p2p_reads_peer_from_locals() -> None:
     state = classify(collective("recv", 10, src="1", group="None"), pid=1, rank=0)
     assert state.activity is RankActivity.p2p
     assert state.peer == 1
 
 
-def test_resolved_group_object_is_not_guessed():
+def test_resolved_group_object_is_not_guessed() -> None:
     sub = classify(
         collective("all_reduce", 10, group="<torch._C._distributed_c10d.ProcessGroup at 0x7f>"),
         pid=1,
@@ -53,7 +53,7 @@ def test_resolved_group_object_is_not_guessed():
     assert sub.group is None
 
 
-def test_outermost_c10d_op_wins():
+def test_outermost_c10d_op_wins() -> None:
     frames = stack(
         ("all_gather", C10D, 3000),
         ("all_gather_object", C10D, 2800),
@@ -62,7 +62,7 @@ def test_outermost_c10d_op_wins():
     assert classify(frames, pid=1, rank=0).op == "all_gather_object"
 
 
-def test_new_group_is_group_setup():
+def test_new_group_is_group_setup() -> None:
     frames = stack(
         ("_store_based_barrier", C10D, 100), ("new_group", C10D, 200), ("setup", "/job/t.py", 5)
     )
@@ -71,13 +71,13 @@ def test_new_group_is_group_setup():
     assert state.op == "new_group"
 
 
-def test_idle_user_code_is_not_a_collective():
+def test_idle_user_code_is_not_a_collective() -> None:
     frames = stack(("slow_loader", "/work/job/train.py", 30), ("main", "/work/job/train.py", 60))
     assert classify(frames, pid=1, rank=0, active=False).activity is RankActivity.idle
     assert classify(frames, pid=1, rank=0, active=True).activity is RankActivity.compute
 
 
-def test_data_loading_and_debugger_frames():
+def test_data_loading_and_debugger_frames() -> None:
     loader = stack(
         ("_MultiProcessingDataLoaderIter._next_data", f"{SITE}/torch/utils/data/dataloader.py", 1),
         ("train", "/job/train.py", 3),
@@ -87,7 +87,7 @@ def test_data_loading_and_debugger_frames():
     assert classify(pdb, pid=1, rank=0).activity is RankActivity.debugger
 
 
-def test_idle_backward_counts_as_waiting_for_gradient_reduction():
+def test_idle_backward_counts_as_waiting_for_gradient_reduction() -> None:
     frames = stack(
         ("_engine_run_backward", f"{SITE}/torch/autograd/graph.py", 1),
         ("Tensor.backward", f"{SITE}/torch/_tensor.py", 2),
@@ -97,14 +97,14 @@ def test_idle_backward_counts_as_waiting_for_gradient_reduction():
     assert classify(frames, pid=1, rank=0, active=True).activity is RankActivity.compute
 
 
-def test_user_code_excludes_torch_stdlib_and_site_packages():
+def test_user_code_excludes_torch_stdlib_and_site_packages() -> None:
     assert is_user_code("/work/job/train.py")
     assert not is_user_code(C10D)
     assert not is_user_code("/usr/lib/python3.11/threading.py")
     assert not is_user_code(f"{SITE}/accelerate/accelerator.py")
 
 
-def test_stack_tree_finds_divergence():
+def test_stack_tree_finds_divergence() -> None:
     states = [classify(collective("all_reduce", 42), pid=r, rank=r) for r in range(3)]
     states.append(classify(collective("broadcast", 45), pid=3, rank=3))
     root = build_stack_tree(states)

@@ -13,13 +13,13 @@ TAXONOMY = REPO.parent / "shared" / "design" / "taxonomy.md"
 
 
 @pytest.mark.skipif(not TAXONOMY.exists(), reason="design docs not beside the checkout")
-def test_every_documented_cause_id_exists():
+def test_every_documented_cause_id_exists() -> None:
     documented = set(re.findall(r"^\| ([a-z]+\.[a-z0-9_]+) \|", TAXONOMY.read_text(), re.M))
     assert documented, "taxonomy table not found"
     assert documented <= set(CAUSES), sorted(documented - set(CAUSES))
 
 
-def test_cause_ids_are_family_dot_name():
+def test_cause_ids_are_family_dot_name() -> None:
     for cause in CAUSES:
         family, _, name = cause.partition(".")
         assert family in {"hang", "comm", "oom", "wrong", "config"} and re.fullmatch(

@@ -187,7 +187,7 @@ def test_accelerate_gather_remainder(tmp_path: Path) -> None:
     assert "remainder" in found.title
 
 
-def test_lightning_eval_warnings_beside_a_crash_are_background(tmp_path):
+def test_lightning_eval_warnings_beside_a_crash_are_background(tmp_path: Path) -> None:
     """Every multi-device Lightning run prints them; next to a traceback they rank low."""
     warning = (
         "PossibleUserWarning: Using `DistributedSampler` with the dataloaders. During "

@@ -5,10 +5,12 @@ dumps them on a timeout (TORCH_NCCL_DUMP_ON_TIMEOUT, files named
 TORCH_NCCL_DEBUG_INFO_TEMP_FILE + rank), and any backend dumps on request with
 `torch._C._distributed_c10d._dump_fr_trace()` (pickle) or `_dump_fr_trace_json()`.
 This tool reads one dump per rank, with any file names, pickles through the restricted
-unpickler only, and aligns the ranks per process group (`triage.readers.flight_recorder`):
-where each group is stuck, and which ranks are not there. Dumps that are missing, cut
-off or refused become gaps; the analysis goes on with the rest. Other pickles and JSON
-files (memory snapshots, configs) are skipped silently, as `read_memory` skips these.
+unpickler only, and aligns the ranks per process group: where each group is stuck, and
+which ranks are not there. Dumps that are missing, cut off or refused become gaps; the
+analysis goes on with the rest. Other pickles and JSON files (memory snapshots, configs)
+are skipped silently, as `read_memory` skips these. The reading and the analysis are
+`triage.readers.flight_recorder`'s; this tool takes the inputs, bounds them, and turns
+the result into evidence and gaps.
 """
 
 from __future__ import annotations
@@ -18,18 +20,15 @@ from pathlib import Path
 
 from triage.models import Evidence, Gap
 from triage.observations import FROutlier, FROverview, FRP2PWait, FRSide, FRStuckGroup
-from triage.readers.files import files_by_head
 from triage.readers.flight_recorder import (
     Analysis,
-    analyze_dumps,
-    locate,
+    analyze_files,
+    find_dump_files,
+    outlier_payload,
     overview,
     p2p_payload,
-    rank_from_name,
-    read_all,
     stuck_payload,
     summarize,
-    wanted_frames,
 )
 from triage.registry import ToolError, ToolOutput, tool
 from triage.text import format_ranks
@@ -63,46 +62,24 @@ def read_flight_recorder(
         if not folder.is_dir():
             raise ToolError(f"{flight_recorder_dir}: no such directory")
         given = set(candidates)
-        candidates += [p for p in _dump_files(folder) if p not in given]
+        candidates += [p for p in find_dump_files(folder, MAX_FILES) if p not in given]
     if not candidates:
         raise ToolError("no dump files to read", "pass the folder the ranks dumped into")
-    result = read_all(candidates)
-    if not result.dumps and not result.unreadable:
+    job = analyze_files(candidates)
+    analysis = job.analysis
+    if analysis is None and not job.unreadable:
         if flight_recorder_dir:
             raise ToolError(f"{flight_recorder_dir} holds no Flight Recorder dumps", CAPTURE_HINT)
         return ToolOutput(text="no Flight Recorder dumps among the files")
-    named = {_stem(d.path) for d in result.dumps}
-    unreadable = list(result.unreadable)
-    for path in result.skipped:  # named like the dumps: a rank's file that is not one
-        if _stem(path) in named:
-            unreadable.append((path, "not a Flight Recorder dump, though named like the others"))
-    if not result.dumps:
-        text = f"none of {len(unreadable)} Flight Recorder dumps could be read"
-        return ToolOutput(gaps=_file_gaps(unreadable), text=text)
-    unreadable_ranks = [r for p, _ in unreadable if (r := rank_from_name(p)) is not None]
-    analysis = analyze_dumps(result.dumps, unreadable_ranks)
-    locate(analysis.dumps, wanted_frames(analysis))
-    gaps += _file_gaps(unreadable)
+    if analysis is None:
+        text = f"none of {len(job.unreadable)} Flight Recorder dumps could be read"
+        return ToolOutput(gaps=_file_gaps(job.unreadable), text=text)
+    gaps += _file_gaps(job.unreadable)
     gaps += _coverage_gaps(analysis)
     evidence = _evidence(analysis)
     head = evidence[0].summary
     lines = [head] + [e.summary for e in evidence[1:] if e.kind != "fr_outlier"][:8]
     return ToolOutput(evidence=evidence, gaps=gaps, text="\n".join(lines))
-
-
-def _dump_files(folder: Path) -> list[str]:
-    """Every file under the folder that is a pickle or JSON document by its first byte."""
-    return files_by_head(folder, lambda head: head.lstrip()[:1] in (b"\x80", b"{"), 64, MAX_FILES)
-
-
-def _stem(path: str) -> str:
-    """A dump's name without its rank: files of one job share it."""
-    name = Path(path).name
-    rank = rank_from_name(path)
-    if rank is None:
-        return name
-    at = name.rfind(str(rank))
-    return name[:at] if at >= 0 else name
 
 
 def _file_gaps(unreadable: list[tuple[str, str]]) -> list[Gap]:
@@ -198,7 +175,7 @@ def _evidence(analysis: Analysis) -> list[Evidence]:
         if point.root:
             items += [_outlier(payload, s, analysis) for s in payload.sides if s.state != "waiting"]
     for wait in analysis.p2p:
-        payload = p2p_payload(wait, analysis)
+        waiting = p2p_payload(wait, analysis)
         kind = "cycle" if wait.cycle else f"chain to rank {wait.sink} ({wait.sink_state})"
         items.append(
             Evidence(
@@ -207,8 +184,8 @@ def _evidence(analysis: Analysis) -> list[Evidence]:
                 source=_source(analysis),
                 rank=wait.ranks[0] if len(wait.ranks) == 1 else None,
                 summary=f"ranks {format_ranks(wait.ranks)} wait in send/recv no peer matches: {kind}; "
-                + "; ".join(f"rank {r} in {op.text}" for r, op in list(payload.ops.items())[:4]),
-                data=payload.model_dump(exclude_defaults=True),
+                + "; ".join(f"rank {r} in {op.text}" for r, op in list(waiting.ops.items())[:4]),
+                data=waiting.model_dump(exclude_defaults=True),
             )
         )
     return items
@@ -216,14 +193,7 @@ def _evidence(analysis: Analysis) -> list[Evidence]:
 
 def _outlier(point: FRStuckGroup, side: FRSide, analysis: Analysis) -> Evidence:
     """Ranks not where their group waits: the evidence a finding about them cites."""
-    payload = FROutlier(
-        group=point.group,
-        desc=point.desc,
-        seq=point.seq,
-        members=point.members,
-        world=point.world,
-        side=side,
-    )
+    payload = outlier_payload(point, side)
     rank = side.ranks[0] if len(side.ranks) == 1 else None
     dump = analysis.dumps.get(rank) if rank is not None else None
     return Evidence(

@@ -21,8 +21,7 @@ from typing import Any
 
 from rich.console import Console
 
-from triage.diagnose import job_targets, run_playbook, select_playbook
-from triage.engine import decide, hand_over
+from triage.engine import follow, job_targets, redecide
 from triage.llm import prompt
 from triage.llm.client import LlmError, MessagesClient
 from triage.llm.config import LlmConfig, unavailable_reason
@@ -30,7 +29,7 @@ from triage.llm.loop import AUTO, account
 from triage.llm.merge import add_runs
 from triage.llm.toolbox import ToolBox, describe, is_path_param, with_cache_breakpoint
 from triage.models import LlmRun, Report, ToolStatus
-from triage.playbooks import Playbook, load_playbooks, symptom_playbooks
+from triage.playbooks import Playbook, load_playbooks, select_playbook, symptom_playbooks
 from triage.registry import REGISTRY, Registry, ToolRun
 from triage.render.markdown import render_markdown
 from triage.render.terminal import print_report
@@ -164,9 +163,7 @@ class ChatSession:
         that failed outright (a typo, a pid gone) was shown and stays out of the report."""
         if run.result.status is ToolStatus.error or not add_runs(self.report, [run]):
             return
-        self.report = decide(self.playbook, self.report)
-        if self.playbook.name == "analyze":  # the verdict names the symptom, as in `analyze`
-            self.report = hand_over(self.report, symptom_playbooks(self.playbooks))
+        self.report = redecide(self.playbook, self.report, symptom_playbooks(self.playbooks))
 
     def show_playbook(self, name: str) -> None:
         if not name:
@@ -343,7 +340,7 @@ def start(evidence: list[str], pids: list[int], plugin_dirs: list[Path]) -> tupl
     chosen, by_symptom = select_playbook(symptom, plugin_dirs)
     if not evidence and not pids:
         return Report(symptom="unknown", playbook=chosen.name, targets=job_targets()), chosen
-    return run_playbook(chosen, by_symptom, job_targets(evidence, pids)), chosen
+    return follow(chosen, job_targets(evidence, pids), by_symptom=by_symptom), chosen
 
 
 def run_chat(evidence: list[str], pids: list[int], model: str, plugin_dirs: list[Path]) -> None:

@@ -20,7 +20,6 @@ from triage.llm import DEFAULT_MODEL
 
 if TYPE_CHECKING:
     from triage.models import Report
-    from triage.playbooks import Playbook
 
 app = typer.Typer(
     name="triage",
@@ -118,10 +117,24 @@ LlmOpt = Annotated[
 ModelOpt = Annotated[str, typer.Option("--model", help="Anthropic model for --llm and chat.")]
 
 
-def _refine(report: Report, playbook: Playbook, model: str) -> Report:
-    """The `--llm` pass; on any failure the rules' report, with a note on stderr too."""
-    from triage.llm import refine_report
+def _diagnose(symptom: str | None, targets: dict[str, Any]) -> Report:
+    """The engine's report; a plugin that does not load is a usage error."""
+    from triage.engine import diagnose
 
+    try:
+        return diagnose(symptom, targets, _plugin_dirs)
+    except (ImportError, FileNotFoundError, ValueError, SyntaxError) as exc:
+        raise UsageError(f"cannot load plugins: {exc}") from exc
+
+
+def _refine(report: Report, model: str) -> Report:
+    """The `--llm` pass, with the playbook of the symptom the report names; on any failure
+    the rules' report, with a note on stderr too."""
+    from triage.llm import refine_report
+    from triage.playbooks import UNKNOWN_SYMPTOM, select_playbook
+
+    known = report.symptom != UNKNOWN_SYMPTOM
+    playbook, _ = select_playbook(report.symptom if known else None, _plugin_dirs)
     return refine_report(
         report, playbook, model, warn=lambda note: typer.echo(f"triage: {note}", err=True)
     )
@@ -162,7 +175,7 @@ def hang(
 ) -> None:
     """Diagnose a hung job from its live rank processes (py-spy stacks of every rank),
     with its Flight Recorder dumps and logs when given."""
-    from triage.diagnose import job_targets, run_playbook, select_playbook
+    from triage.engine import job_targets
 
     all_pids = _split_ints((pids or []) + (pid_args or []), "--pids")
     if not all_pids and launcher_pid is None and not (flight_recorder or logs):
@@ -170,20 +183,12 @@ def hang(
             "give the job's processes (--pids PID... or --launcher-pid PID)"
             " or its evidence (--flight-recorder DIR, --logs PATH)"
         )
-    playbook, by_symptom = select_playbook("hang", _plugin_dirs)
-    _load(playbook.causes)
-    probed = None
-    if signal_probe:
-        from triage.job.probe_signal import ask
-
-        probed = ask(all_pids, launcher_pid)
-    paths = [*(logs or []), *(probed.evidence_paths() if probed else [])]
-    targets = job_targets(paths, all_pids, launcher_pid, flight_recorder or [], timeout)
-    report = run_playbook(playbook, by_symptom, targets)
-    if probed is not None:
-        probed.apply(report)
+    targets = job_targets(
+        logs or [], all_pids, launcher_pid, flight_recorder or [], timeout, signal_probe
+    )
+    report = _diagnose("hang", targets)
     if llm:
-        report = _refine(report, by_symptom.get(report.symptom, playbook), model)
+        report = _refine(report, model)
     emit(report, Format.json if as_json else fmt)
     if not report.evidence:
         typer.echo("triage: error: no evidence could be gathered (see gaps)", err=True)
@@ -257,16 +262,14 @@ def _analyze(
 ) -> None:
     import tempfile
 
-    from triage.diagnose import job_targets, run_playbook, select_playbook
+    from triage.engine import job_targets
 
     all_pids = _split_ints(pids or [], "--pids")
-    chosen, by_symptom = select_playbook(symptom.value if symptom else None, _plugin_dirs)
-    _load(chosen.causes)
     with tempfile.TemporaryDirectory(prefix="triage-stdin-") as scratch:
         files = [_stdin_to(Path(scratch)) if p == "-" else p for p in paths]
-        report = run_playbook(chosen, by_symptom, job_targets(files, all_pids))
+        report = _diagnose(symptom.value if symptom else None, job_targets(files, all_pids))
         if llm_model is not None:  # inside: the model's tools may read the pasted text
-            report = _refine(report, by_symptom.get(report.symptom, chosen), llm_model)
+            report = _refine(report, llm_model)
         report.targets["paths"] = paths
         if "-" in paths:
             from triage.models import Report
@@ -372,7 +375,8 @@ def run(
     Exits with the job's exit code, or 3 when the job hung (it is left running unless
     --kill-on-hang). Everything is written to --out (default ./triage-run-<time>).
     """
-    from triage.job.runner import RunError, RunOptions, run_job
+    from triage.job.debug_env import RunError
+    from triage.job.run import RunOptions, run_job
 
     _load()
     options = RunOptions(

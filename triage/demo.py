@@ -11,10 +11,9 @@ import importlib.util
 import sys
 from collections.abc import Callable
 
-from triage.engine import triage
+from triage.engine import diagnose, job_targets
 from triage.errors import TriageError
 from triage.models import Report
-from triage.playbooks import get_playbook
 
 
 class DemoError(TriageError):
@@ -37,7 +36,7 @@ def run_demo(scenario: str, show: Callable[[Report], None]) -> Report:
         say("demo: waiting until the job hangs ...")
         job.wait_until_stalled()
         say(f"demo: hung; running `triage hang --pids {' '.join(map(str, job.pids))}`\n")
-        report = triage(get_playbook("hang"), {"pids": job.pids})
+        report = diagnose("hang", job_targets(pids=job.pids))
         show(report)
     say("demo: job cleaned up")
     return report

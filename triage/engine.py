@@ -1,21 +1,98 @@
 """The triage loop: playbook steps -> tools -> evidence -> rules -> ranked report.
 
-Data flows one way. The engine knows no tool or rule by name: the playbook says
-which tools run with which context, and which cause IDs' rules decide.
+Data flows one way. The engine knows no tool or rule by name: the playbook says which
+tools run with which context, and which cause IDs' rules decide. Every front end (the
+CLI, chat, the MCP server, the demo and `triage run`) comes in through `diagnose`, or
+through `follow` with a playbook it holds already, so one symptom and one set of targets
+give the same report however triage is reached.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 from triage.grouping import group_ranks
-from triage.models import Finding, Report
-from triage.playbooks import Playbook
+from triage.models import Finding, Gap, Report
+from triage.playbooks import (
+    UNKNOWN_SYMPTOM,
+    Playbook,
+    load_playbooks,
+    select_playbook,
+    symptom_playbooks,
+)
+from triage.plugins import load_all, rule_families
 from triage.registry import REGISTRY, EvidenceSet, Registry, ToolRun, run_rules, select
 from triage.taxonomy import CAUSES, symptom_of
 
 CLOSE_CALL = 0.15
+# `analyze` lets the evidence name the symptom; the others fix it.
+Symptom = Literal["analyze", "hang", "comm", "oom", "config", "wrong"]
+
+
+def job_targets(
+    paths: Sequence[str] = (),
+    pids: Sequence[int] = (),
+    launcher_pid: int | None = None,
+    flight_recorder: Sequence[str] = (),
+    timeout_s: float | None = None,
+    signal_probe: bool = False,
+) -> dict[str, Any]:
+    """The context a playbook starts from. Flight Recorder dumps are paths like any other:
+    `collect_files` sorts every file by its content, not by the option that named it.
+    `signal_probe` is the user's consent to the playbook step that signals ranks."""
+    targets: dict[str, Any] = {"paths": [*flight_recorder, *paths], "pids": list(pids)}
+    if launcher_pid is not None:
+        targets["launcher_pid"] = launcher_pid
+    if timeout_s is not None:
+        targets["timeout_s"] = timeout_s
+    if signal_probe:
+        targets["signal_probe"] = True
+    return targets
+
+
+def diagnose(
+    symptom: str | None, targets: dict[str, Any], plugin_dirs: list[Path] | None = None
+) -> Report:
+    """The one way in: a symptom (None or "analyze": let the evidence name it) and the
+    job's targets, to a ranked report. Loads the tools, the rules the playbook's causes
+    reach and the user's plugins (a broken plugin raises ImportError or ValueError)."""
+    playbook, by_symptom = select_playbook(symptom, plugin_dirs)
+    load_all(plugin_dirs, rule_families(playbook.causes))
+    return follow(playbook, targets, by_symptom=by_symptom)
+
+
+def follow(
+    playbook: Playbook,
+    targets: dict[str, Any],
+    *,
+    by_symptom: dict[str, Playbook] | None = None,
+    notes: Sequence[str] = (),
+    gaps: Sequence[Gap] = (),
+) -> Report:
+    """Run a playbook and decide. A playbook that does not know the symptom (the intake)
+    hands over to the one its best hypothesis names, from `by_symptom` (default: the
+    bundled playbooks). `notes` and `gaps` are what the caller knows already (`triage
+    run`: how the job ended, what it set, which ranks it signalled)."""
+    report = gather(playbook, targets)
+    report.notes[:0] = notes
+    report.gaps[:0] = gaps
+    return redecide(playbook, report, by_symptom)
+
+
+def redecide(
+    playbook: Playbook, report: Report, by_symptom: dict[str, Playbook] | None = None
+) -> Report:
+    """The rules decide over all the report's evidence (again, when chat added some); a
+    playbook that does not know the symptom hands over to the one its verdict names."""
+    report = decide(playbook, report)
+    if playbook.symptom != UNKNOWN_SYMPTOM:
+        return report
+    if by_symptom is None:
+        by_symptom = symptom_playbooks(load_playbooks())
+    return hand_over(report, by_symptom)
 
 
 def gather(playbook: Playbook, targets: dict[str, Any], registry: Registry = REGISTRY) -> Report:
@@ -49,6 +126,7 @@ def gather(playbook: Playbook, targets: dict[str, Any], registry: Registry = REG
         report.tool_runs.append(run.result)
         report.evidence += run.evidence
         report.gaps += run.gaps
+        report.notes += run.notes
     return report
 
 
@@ -66,21 +144,6 @@ def decide(playbook: Playbook, report: Report) -> Report:
     report.rank_groups = group_ranks(evidence)
     report.next_steps = _next_steps(playbook, report)
     return report
-
-
-def triage(playbook: Playbook, targets: dict[str, Any], registry: Registry = REGISTRY) -> Report:
-    return decide(playbook, gather(playbook, targets, registry))
-
-
-def analyze(
-    intake: Playbook,
-    by_symptom: dict[str, Playbook],
-    targets: dict[str, Any],
-    registry: Registry = REGISTRY,
-) -> Report:
-    """Symptom unknown: gather what every symptom needs, let every rule speak, and let the
-    best hypothesis name the symptom whose playbook then supplies the next steps."""
-    return hand_over(triage(intake, targets, registry), by_symptom)
 
 
 def hand_over(report: Report, by_symptom: dict[str, Playbook]) -> Report:

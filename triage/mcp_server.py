@@ -24,7 +24,7 @@ from mcp.server.stdio import stdio_server
 from pydantic import Field, ValidationError
 
 from triage import __version__
-from triage.diagnose import Symptom, job_targets, run_playbook, select_playbook
+from triage.engine import Symptom, diagnose, job_targets
 from triage.errors import TriageError
 from triage.models import Contract, Gap, Report, ToolResult, ToolStatus
 from triage.redact import redact_text, redact_value
@@ -186,8 +186,7 @@ def report_result(arguments: dict[str, Any], plugin_dirs: list[Path]) -> types.C
         flight_recorder=request.flight_recorder,
     )
     try:
-        playbook, by_symptom = select_playbook(request.symptom, plugin_dirs)
-        report = run_playbook(playbook, by_symptom, targets)
+        report = diagnose(request.symptom, targets, plugin_dirs)
     except TriageError as exc:
         return error_result(str(exc))
     except Exception as exc:  # an engine bug: the client gets a message, the server lives on

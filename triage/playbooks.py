@@ -113,9 +113,45 @@ def load_playbooks(extra_dirs: list[Path] | None = None) -> dict[str, Playbook]:
     return found
 
 
+#: The intake playbook, whose symptom is unknown: the evidence names it.
+INTAKE = "analyze"
+UNKNOWN_SYMPTOM = "unknown"
+
+
 def symptom_playbooks(playbooks: dict[str, Playbook]) -> dict[str, Playbook]:
-    """Each symptom's playbook, by symptom; the intake playbook (`analyze`) is none of them."""
-    return {p.symptom: p for p in playbooks.values() if p.name != "analyze"}
+    """Each symptom's playbook, by symptom; the intake playbook is none of them."""
+    return {p.symptom: p for p in playbooks.values() if p.name != INTAKE}
+
+
+def select_playbook(
+    symptom: str | None, plugin_dirs: list[Path] | None = None
+) -> tuple[Playbook, dict[str, Playbook]]:
+    """The playbook for `symptom` (None or "analyze": the intake playbook), and every
+    symptom's playbook, from which the intake's verdict picks the next steps."""
+    playbooks = load_playbooks(plugin_dirs)
+    by_symptom = symptom_playbooks(playbooks)
+    chosen = playbooks.get(INTAKE) if symptom in (None, INTAKE) else by_symptom.get(symptom)
+    if chosen is None:
+        raise PlaybookError(f"no playbook for symptom {symptom or INTAKE!r}")
+    return chosen, by_symptom
+
+
+def run_playbook(
+    hung: bool, plugin_dirs: list[Path] | None = None
+) -> tuple[Playbook, dict[str, Playbook]]:
+    """`triage run`'s playbook: its folder holds every kind of evidence, so the hang
+    playbook's tools run first (live ranks), then whatever else the intake reads. On a hang
+    every rule decides (a communication error can be what hung it); after an exit the
+    intake's verdict names the symptom."""
+    playbooks = load_playbooks(plugin_dirs)
+    intake, hang = playbooks[INTAKE], playbooks["hang"]
+    tools = {step.tool for step in hang.steps}
+    steps = [*hang.steps, *(step for step in intake.steps if step.tool not in tools)]
+    if hung:
+        merged = hang.model_copy(update={"name": "run", "steps": steps, "causes": ["*"]})
+    else:
+        merged = intake.model_copy(update={"name": "run", "steps": steps})
+    return merged, symptom_playbooks(playbooks)
 
 
 def get_playbook(name: str, extra_dirs: list[Path] | None = None) -> Playbook:

@@ -41,12 +41,14 @@ class ToolError(Exception):
 
 @dataclass
 class ToolOutput:
-    """What a tool returns: evidence, what it could not see, and facts for later steps."""
+    """What a tool returns: evidence, what it could not see, facts for later steps, and
+    notes for the report (what a tool that acts on the job did to it)."""
 
     evidence: list[Evidence] = field(default_factory=list)
     gaps: list[Gap] = field(default_factory=list)
     context: dict[str, Any] = field(default_factory=dict)
     text: str = ""
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -83,6 +85,7 @@ class ToolRun:
     evidence: list[Evidence]
     gaps: list[Gap]
     context: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
 
 
 class _Strict(BaseModel):
@@ -177,7 +180,7 @@ class Registry:
             output=bound_text(text),
             evidence_ids=[e.id for e in output.evidence],
         )
-        return ToolRun(result, output.evidence, output.gaps, output.context)
+        return ToolRun(result, output.evidence, output.gaps, output.context, output.notes)
 
 
 def _failed(

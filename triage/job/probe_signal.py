@@ -1,11 +1,13 @@
-"""Ask live ranks for a `triage.probe` snapshot: the sender's side, shared by `triage hang
---signal-probe` and `triage run`.
+"""Ask live ranks for a `triage.probe` snapshot: the sender's side, shared by the
+`signal_probes` tool (`triage hang --signal-probe`) and `triage run`.
 
 A signal is sent only where it cannot hurt: the process runs the probe's thread, whose OS
 name (/proc/PID/task/*/comm, `triage-probe10`) says which signal it owns (a job that takes
-the signal over for itself, a SLURM requeue handler say, renames it `triage-probe-x`), and
-the kernel shows a handler for that signal (/proc/PID/status SigCgt; without one SIGUSR1
-kills the rank). The rank writes its snapshot where its `TRIAGE_DUMP_DIR` points, else
+the signal over for itself, a SLURM requeue handler say, renames it `triage-probe-x`), the
+kernel shows a handler for that signal (/proc/PID/status SigCgt; without one SIGUSR1
+kills the rank), and torch is loaded in it (without torch the probe has nothing to dump).
+On the signal the rank dumps its Flight Recorder where its `TRIAGE_FR_DIR` points, then
+writes its snapshot (naming that dump) where its `TRIAGE_DUMP_DIR` points, else
 `triage-dumps/` in its working directory; new files named after its pid are waited for, a
 few seconds at most. triage.probe is not imported here: importing it would install its
 handler in this process.
@@ -24,13 +26,9 @@ from pathlib import Path
 
 import psutil
 
-from triage.models import Gap, Report
+from triage.job.probe_protocol import DEFAULT_DUMP_DIR, DUMP_DIR_ENV, signal_of, snapshot_glob
+from triage.models import Gap
 
-#: The probe's side of the protocol (triage/probe/_common.py holds the same values).
-DUMP_DIR_ENV = "TRIAGE_DUMP_DIR"
-DEFAULT_DUMP_DIR = "triage-dumps"
-SNAPSHOT_PREFIX = "triage-probe-"
-THREAD_NAME = "triage-probe"
 WAIT_S = 10.0
 MAX_SNAPSHOT_BYTES = 256 << 20
 #: Signals a probe may listen on: ones that mean nothing else to a process.
@@ -44,6 +42,8 @@ class SnapshotRequest:
     sent: list[int] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     gaps: list[Gap] = field(default_factory=list)
+    #: Ranks that run no probe thread owning a signal (each has a gap saying so).
+    unprobed: list[int] = field(default_factory=list)
 
     def note(self) -> str:
         """The report's line saying which ranks were signalled."""
@@ -52,24 +52,29 @@ class SnapshotRequest:
         return (
             f"--signal-probe: sent triage.probe's signal to {len(self.sent)} ranks (pids"
             f" {', '.join(map(str, self.sent))}) for an in-process snapshot;"
-            f" {len(self.files)} snapshot files came back (targets.snapshot_files)"
+            f" {len(self.files)} snapshot files came back"
         )
+
+    def probe_gaps(self) -> list[Gap]:
+        """The gaps of ranks that run a probe: `triage run` asks every rank of a job, and
+        most jobs have none."""
+        quiet = {f"pid:{pid}" for pid in self.unprobed}
+        return [gap for gap in self.gaps if gap.source not in quiet]
+
+    def dumps(self) -> dict[str, str]:
+        """Snapshot file -> the Flight Recorder dump it names, for those that name one."""
+        named = {name: flight_recorder_of(Path(name)) for name in self.files}
+        return {name: str(dump) for name, dump in named.items() if dump is not None}
 
     def evidence_paths(self) -> list[str]:
         """The snapshots and the Flight Recorder dump each one names, for the playbook."""
         paths = []
+        dumps = self.dumps()
         for name in self.files:
             paths.append(name)
-            dump = flight_recorder_of(Path(name))
-            if dump is not None and str(dump) not in paths:
-                paths.append(str(dump))
+            if name in dumps and dumps[name] not in paths:
+                paths.append(dumps[name])
         return paths
-
-    def apply(self, report: Report) -> None:
-        """Say in the report that ranks were signalled, what came back and what did not."""
-        report.notes.insert(0, self.note())
-        report.gaps = self.gaps + report.gaps
-        report.targets["snapshot_files"] = self.files
 
 
 def catches(pid: int, signum: int) -> bool:
@@ -90,10 +95,19 @@ def probe_signal(pid: int) -> int | None:
     the signal over (`triage-probe-x`)."""
     for comm in Path(f"/proc/{pid}/task").glob("*/comm"):
         with contextlib.suppress(OSError):
-            name = comm.read_text().strip()
-            if name.startswith(THREAD_NAME) and name[len(THREAD_NAME) :].isdigit():
-                return int(name[len(THREAD_NAME) :])
+            signum = signal_of(comm.read_text().strip())
+            if signum is not None:
+                return signum
     return None
+
+
+def torch_loaded(pid: int) -> bool | None:
+    """Whether torch's library is mapped into the process; None when its maps are hidden."""
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as maps:
+            return any(b"/libtorch" in line for line in maps)
+    except OSError:
+        return None
 
 
 def snapshot_dir(pid: int, environ: Mapping[str, str]) -> Path | None:
@@ -110,11 +124,11 @@ def snapshot_dir(pid: int, environ: Mapping[str, str]) -> Path | None:
 
 def snapshots_of(directory: Path, pid: int) -> set[Path]:
     """The snapshot files of one process in a folder (its pid is in their names)."""
-    return set(directory.glob(f"{SNAPSHOT_PREFIX}rank*-pid{pid}.json"))
+    return set(directory.glob(snapshot_glob(pid)))
 
 
 def _gap(pid: int, reason: str, hint: str | None = None) -> Gap:
-    return Gap(source=f"pid:{pid}", reason=reason, hint=hint, tool="signal_probe")
+    return Gap(source=f"pid:{pid}", reason=reason, hint=hint, tool="signal_probes")
 
 
 def flight_recorder_of(snapshot: Path) -> Path | None:
@@ -131,18 +145,6 @@ def flight_recorder_of(snapshot: Path) -> Path | None:
     return dump if dump.is_file() else None
 
 
-def ask(
-    pids: Iterable[int], launcher_pid: int | None = None, wait_s: float = WAIT_S
-) -> SnapshotRequest:
-    """`--signal-probe`: the given ranks, else the launcher's, asked for snapshots."""
-    chosen = list(pids)
-    if not chosen and launcher_pid is not None:
-        from triage.job.runner import rank_pids
-
-        chosen = rank_pids(launcher_pid)
-    return request_snapshots(chosen, wait_s)
-
-
 def request_snapshots(pids: Iterable[int], wait_s: float = WAIT_S) -> SnapshotRequest:
     """Signal every rank that runs triage.probe and collect the snapshots they write."""
     request = SnapshotRequest()
@@ -154,6 +156,16 @@ def request_snapshots(pids: Iterable[int], wait_s: float = WAIT_S) -> SnapshotRe
             request.gaps.append(_gap(pid, f"not signalled: its environment is unreadable ({exc})"))
             continue
         signum = probe_signal(pid)
+        if signum is None:
+            request.unprobed.append(pid)
+            request.gaps.append(
+                _gap(
+                    pid,
+                    "not signalled: it runs no triage.probe thread that owns a signal",
+                    "add `triage.probe.install(model, optimizer)` to the script",
+                )
+            )
+            continue
         directory = snapshot_dir(pid, environ)
         reason = _refusal(pid, signum, directory)
         if reason is not None:
@@ -161,7 +173,7 @@ def request_snapshots(pids: Iterable[int], wait_s: float = WAIT_S) -> SnapshotRe
                 _gap(pid, reason, "add `triage.probe.install(model, optimizer)` to the script")
             )
             continue
-        assert signum is not None and directory is not None
+        assert directory is not None
         before = snapshots_of(directory, pid)
         try:
             os.kill(pid, signum)
@@ -175,10 +187,8 @@ def request_snapshots(pids: Iterable[int], wait_s: float = WAIT_S) -> SnapshotRe
     return request
 
 
-def _refusal(pid: int, signum: int | None, directory: Path | None) -> str | None:
+def _refusal(pid: int, signum: int, directory: Path | None) -> str | None:
     """Why this rank must not be signalled, or None."""
-    if signum is None:
-        return "not signalled: it runs no triage.probe thread that owns a signal"
     try:
         name = signal.Signals(signum).name
     except ValueError:  # a real-time signal between SIGRTMIN and SIGRTMAX
@@ -187,6 +197,8 @@ def _refusal(pid: int, signum: int | None, directory: Path | None) -> str | None
         return f"not signalled: the probe listens on {name}, which may mean more to it"
     if not catches(pid, signum):
         return f"not signalled: no handler for {name}, which would kill it"
+    if torch_loaded(pid) is False:
+        return "not signalled: torch is not loaded in it, so it has nothing to dump"
     if directory is None:
         return "not signalled: its working directory (where snapshots go) is unreadable"
     return None

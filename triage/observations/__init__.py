@@ -9,7 +9,8 @@ the payload of its kind in `data`:
 - `memory_dump`: MemoryDump, `memory_growth`: MemoryGrowth (CUDA memory dumps)
 - `fr_stuck`: FRStuckGroup, `fr_outlier`: FROutlier, `fr_p2p`: FRP2PWait,
   `fr_overview`: FROverview (Flight Recorder dumps)
-- `probe_snapshot`: SnapshotSummary, `replica_check`: ReplicaCheck (triage.probe files)
+- `probe_snapshot`: SnapshotSummary, `replica_check`: ReplicaCheck (triage.probe files),
+  `probe_request`: ProbeRequest (ranks asked for a snapshot with the probe's signal)
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from triage.observations.replicas import (
     Divergence,
     GroupRecord,
     MeshRecord,
+    ProbeRequest,
     ProbeSnapshot,
     ReplicaCheck,
     SnapshotSummary,
@@ -76,6 +78,7 @@ __all__ = [
     "MissingRank",
     "PROBE_FORMAT",
     "Payload",
+    "ProbeRequest",
     "ProbeSnapshot",
     "RankActivity",
     "RankProcess",

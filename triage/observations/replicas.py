@@ -259,3 +259,15 @@ class ReplicaCheck(Payload):
     first_call: bool = Field(description="No earlier call of these ranks was read.")
     notes: list[str] = Field(default_factory=list)
     paths: list[str] = Field(default_factory=list, description="Bounded.")
+
+
+class ProbeRequest(Payload):
+    """Ranks asked for an in-process snapshot with triage.probe's signal, and what came back."""
+
+    EVIDENCE_KIND: ClassVar[str] = "probe_request"
+
+    sent: list[int] = Field(description="Pids signalled.")
+    snapshot_files: list[str] = Field(default_factory=list)
+    flight_recorder_files: list[str] = Field(
+        default_factory=list, description="The Flight Recorder dumps the snapshots name."
+    )

@@ -13,9 +13,9 @@ hang:
   send the signal. Importing the module already installs it (without a model); on the
   signal the rank also dumps its Flight Recorder to `$TRIAGE_FR_DIR/nccl_trace_rank_<rank>`
   (./triage-fr; `TRIAGE_FR_PREFIX` changes the name, `TRIAGE_FR_SIGNAL` the signal, `off`
-  skips the import-time install). With `TRIAGE_FR_DIR` set (`triage run` sets it),
-  installing writes `.probe-<pid>` there: the marker tells the runner that this process
-  handles the signal (a process without a handler would be killed by SIGUSR1).
+  skips the import-time install). The probe thread's OS name (`triage-probe10` for
+  SIGUSR1) tells senders that this process handles the signal (a process without a
+  handler would be killed by SIGUSR1); see triage.job.probe_protocol.
 - `check_replicas(model)`: a collective check that replicated parameters, gradients and
   buffers are equal on every rank, for the job's own tests and CI.
 - `comm_summary(fn, *args)`: one step under CommDebugMode, collective counts per module.
@@ -30,18 +30,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-from triage.probe._common import (
-    DEFAULT_DIR,
+from triage.job.probe_protocol import (
     DEFAULT_DUMP_DIR,
-    DEFAULT_PREFIX,
-    DIR_ENV,
     DUMP_DIR_ENV,
-    MARKER_PREFIX,
-    PREFIX_ENV,
     SIGNAL_ENV,
     SNAPSHOT_PREFIX,
     THREAD_NAME,
 )
+from triage.probe._common import DEFAULT_DIR, DEFAULT_PREFIX, DIR_ENV, PREFIX_ENV
 from triage.probe._replicas import (
     CommSummary,
     Divergence,
@@ -58,7 +54,6 @@ __all__ = [
     "DEFAULT_PREFIX",
     "DIR_ENV",
     "DUMP_DIR_ENV",
-    "MARKER_PREFIX",
     "PREFIX_ENV",
     "SIGNAL_ENV",
     "SNAPSHOT_PREFIX",

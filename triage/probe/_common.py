@@ -1,5 +1,6 @@
 """What the probe's parts share: where files go, this rank's identity, atomic writes.
 
+The protocol's names come from triage.job.probe_protocol, which the sender imports too.
 Only the standard library; torch is looked up in `sys.modules`, never imported here.
 """
 
@@ -11,18 +12,20 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-DIR_ENV = "TRIAGE_FR_DIR"
-SIGNAL_ENV = "TRIAGE_FR_SIGNAL"
-PREFIX_ENV = "TRIAGE_FR_PREFIX"
-DUMP_DIR_ENV = "TRIAGE_DUMP_DIR"
-DEFAULT_DIR = "triage-fr"
-DEFAULT_DUMP_DIR = "triage-dumps"
-DEFAULT_PREFIX = "nccl_trace_rank_"
-MARKER_PREFIX = ".probe-"
-SNAPSHOT_PREFIX = "triage-probe-"
-#: The probe thread's OS-level name (/proc/PID/task/TID/comm): `triage hang` looks for it
-#: before it sends the signal, so it never lands on a job's own SIGUSR1 handler.
-THREAD_NAME = "triage-probe"
+from triage.job.probe_protocol import (
+    DEFAULT_DUMP_DIR,
+    DEFAULT_FR_DIR,
+    DEFAULT_FR_PREFIX,
+    DUMP_DIR_ENV,
+    FR_DIR_ENV,
+    FR_PREFIX_ENV,
+)
+
+# The protocol's names, under the names triage.probe has always exported.
+DIR_ENV = FR_DIR_ENV
+DEFAULT_DIR = DEFAULT_FR_DIR
+PREFIX_ENV = FR_PREFIX_ENV
+DEFAULT_PREFIX = DEFAULT_FR_PREFIX
 
 
 def loaded(name: str) -> ModuleType | None:

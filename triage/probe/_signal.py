@@ -11,7 +11,6 @@ the thread runs while the main thread stays blocked, and the job is left as it w
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import select
 import signal as signals
@@ -21,15 +20,13 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from triage.job.probe_protocol import SIGNAL_ENV, THREAD_NAME, thread_name
 from triage.probe import _snapshot
 from triage.probe._common import (
     DEFAULT_DIR,
     DEFAULT_PREFIX,
     DIR_ENV,
-    MARKER_PREFIX,
     PREFIX_ENV,
-    SIGNAL_ENV,
-    THREAD_NAME,
     dump_dir,
     flight_recorder_bytes,
     loaded,
@@ -38,8 +35,6 @@ from triage.probe._common import (
 )
 
 OWNERSHIP_CHECK_S = 1.0
-#: The thread's OS name once the job took the signal over: `triage hang` then leaves it be.
-THREAD_NAME_OFF = f"{THREAD_NAME}-x"
 #: `TRIAGE_FR_SIGNAL` values that turn the import-time install off.
 OFF = frozenset({"off", "0", "none"})
 
@@ -63,26 +58,8 @@ class Installed:
         self.dumps: list[str] = []
         self.snapshots: list[str] = []
         self.errors: list[str] = []
-        self.marker = directory / f"{MARKER_PREFIX}{os.getpid()}"
         self.native_id: int | None = None
         self.os_name: str | None = None
-
-    def write_marker(self) -> None:
-        """Atomically (re)write the marker: pid, signal, signals handled, files written."""
-        state = {
-            "pid": os.getpid(),
-            "signal": self.signum,
-            "rank": rank(),
-            "prefix": self.prefix,
-            "owns_signal": self.owns_signal,
-            "handled": self.handled,
-            "dumps": len(self.dumps),
-            "last_dump": self.dumps[-1] if self.dumps else None,
-            "snapshots": len(self.snapshots),
-            "last_snapshot": self.snapshots[-1] if self.snapshots else None,
-            "errors": self.errors[-3:],
-        }
-        write_atomic(self.marker, json.dumps(state).encode())
 
 
 def signal_number(name: str) -> int:
@@ -116,7 +93,7 @@ def _name_thread(state: Installed) -> None:
     """Show the signal in the probe thread's OS name (`triage-probe10` for SIGUSR1), so a
     sender reads from /proc/PID/task/*/comm which signal is the probe's, and whether it
     still is (Linux; elsewhere nothing happens)."""
-    name = f"{THREAD_NAME}{state.signum}" if state.owns_signal else THREAD_NAME_OFF
+    name = thread_name(state.signum, state.owns_signal)
     if state.native_id is None or name == state.os_name:
         return
     with contextlib.suppress(OSError):
@@ -152,8 +129,8 @@ def _serve(state: Installed, read_fd: int) -> None:
     """The probe thread: wake on every signal byte, act on ours, pass the rest on.
 
     Once a second it also checks that the job did not take the signal over for itself
-    (SLURM requeue handlers use SIGUSR1); the marker and the thread's OS name then tell
-    senders not to send it.
+    (SLURM requeue handlers use SIGUSR1); the thread's OS name then tells senders not to
+    send it.
     """
     while True:
         try:
@@ -165,9 +142,7 @@ def _serve(state: Installed, read_fd: int) -> None:
             return
         if not ready:
             owned = signals.getsignal(state.signum) is _ignore
-            if state.owns_signal != owned:
-                state.owns_signal = owned
-                _update_marker(state)
+            state.owns_signal = owned
             _name_thread(state)
             continue
         if not received:
@@ -179,13 +154,6 @@ def _serve(state: Installed, read_fd: int) -> None:
             continue
         _on_signal(state)
         state.handled += 1
-        _update_marker(state)
-
-
-def _update_marker(state: Installed) -> None:
-    if state.marker.exists():
-        with contextlib.suppress(OSError):
-            state.write_marker()
 
 
 def _ignore(signum: int, frame: FrameType | None) -> None:
@@ -257,15 +225,13 @@ def install(
             state.optimizer = optimizer
         if directory is not None:
             state.dump_dir = dump_dir(directory)
-        _update_marker(state)
         return state
 
 
 def _start(signum: int) -> Installed:
     global _installed
     _check_free(signum)
-    chosen = os.environ.get(DIR_ENV)
-    folder = Path(chosen or DEFAULT_DIR).absolute()
+    folder = Path(os.environ.get(DIR_ENV) or DEFAULT_DIR).absolute()
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)  # the C handler must never block
     signals.signal(signum, _ignore)
@@ -275,9 +241,6 @@ def _start(signum: int) -> Installed:
     thread.start()
     state.native_id = thread.native_id
     _name_thread(state)
-    if chosen:  # a runner is listening: tell it this process may be signalled
-        folder.mkdir(parents=True, exist_ok=True)
-        state.write_marker()
     _installed = state
     os.register_at_fork(after_in_child=_after_fork_in_child)
     return state

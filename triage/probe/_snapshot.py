@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+from triage.job.probe_protocol import snapshot_name
 from triage.probe._common import (
-    SNAPSHOT_PREFIX,
     dist_module,
     dump_dir,
     flight_recorder_bytes,
@@ -72,8 +72,7 @@ def next_call() -> int:
 
 
 def file_name(rank_: int | None, call: int, suffix: str = ".json") -> str:
-    who = "x" if rank_ is None else str(rank_)
-    return f"{SNAPSHOT_PREFIX}rank{who}-call{call:04d}-pid{os.getpid()}{suffix}"
+    return snapshot_name("x" if rank_ is None else rank_, call, os.getpid(), suffix)
 
 
 class Collector:

@@ -1,18 +1,48 @@
-"""Where the py-spy binary is and how a dump is asked of it; stdlib only.
+"""Where the py-spy binary is, how a dump is asked of it, and what its answer means;
+stdlib only.
 
 Shared by the stack tool, the scenario harness and the console script, which must stay
-light: `start_early` runs before the CLI has imported anything.
+light: `start_early` runs before the CLI has imported anything (so JSON and the thread
+pool are imported only when a dump is read).
+
+py-spy pauses a process for a few milliseconds to read its stacks; it never changes
+it. `dump_all` dumps ranks in parallel so 64 ranks take about as long as one.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+PTRACE_HINT = (
+    "py-spy needs ptrace: run as root or the job's user, add CAP_SYS_PTRACE to the "
+    "container (docker --cap-add SYS_PTRACE), or set kernel.yama.ptrace_scope=0"
+)
+MAX_WORKERS = 32
+
 #: Dumps started before the CLI loaded, by pid: (binary, process). See `start_early`.
 _early: dict[int, tuple[str, subprocess.Popen[str]]] = {}
+
+
+class Dump:
+    """One pid's py-spy dump: its threads (py-spy's JSON), or why there are none."""
+
+    __slots__ = ("pid", "threads", "error", "hint")
+
+    def __init__(
+        self,
+        pid: int,
+        threads: list[dict[str, object]] | None = None,
+        error: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        self.pid = pid
+        self.threads = threads
+        self.error = error
+        self.hint = hint
 
 
 def binary() -> str | None:
@@ -75,3 +105,61 @@ def take_early(py_spy: str, pid: int) -> subprocess.Popen[str] | None:
     if started is None or started[0] != py_spy:
         return None
     return started[1]
+
+
+def explain(pid: int, stderr: str) -> tuple[str, str | None]:
+    """Why py-spy could not dump `pid`, from its stderr, and what the user can do."""
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    errors = [line.removeprefix("Error:").strip() for line in lines if line.startswith("Error:")]
+    last = (errors or lines or ["py-spy failed without a message"])[0]
+    lowered = stderr.lower()
+    if "permission denied" in lowered or "operation not permitted" in lowered:
+        return f"pid {pid}: permission denied", PTRACE_HINT
+    if (
+        "no such process" in lowered
+        or "failed to find process" in lowered
+        or not os.path.exists(f"/proc/{pid}")
+    ):
+        return f"pid {pid}: process is gone", None
+    if "python" in lowered and ("failed to find" in lowered or "not a python" in lowered):
+        return f"pid {pid}: not a Python process (or its interpreter is unsupported)", None
+    return f"pid {pid}: {last[:200]}", None
+
+
+def dump_one(binary: str, pid: int, with_locals: bool, timeout_s: float) -> Dump:
+    """Dump one pid (taking over the dump `start_early` began, when there is one)."""
+    import json
+
+    early = None if with_locals else take_early(binary, pid)
+    try:
+        process = early or start_dump(binary, pid, with_locals)
+    except OSError as exc:
+        return Dump(pid, error=f"pid {pid}: py-spy could not start: {exc}")
+    try:
+        stdout, stderr = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        return Dump(
+            pid,
+            error=f"pid {pid}: py-spy dump timed out after {timeout_s:g}s",
+            hint="the process may be in uninterruptible sleep (D state); retry, or raise --timeout",
+        )
+    if process.returncode != 0:
+        error, hint = explain(pid, stderr)
+        return Dump(pid, error=error, hint=hint)
+    try:
+        threads = json.loads(stdout)
+    except json.JSONDecodeError:
+        return Dump(pid, error=f"pid {pid}: py-spy printed no JSON")
+    return Dump(pid, threads=threads if isinstance(threads, list) else [])
+
+
+def dump_all(binary: str, pids: list[int], with_locals: bool, timeout_s: float) -> list[Dump]:
+    """Dump every pid in parallel, in the order given."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if not pids:
+        return []
+    with ThreadPoolExecutor(max_workers=min(MAX_WORKERS, len(pids))) as pool:
+        return list(pool.map(lambda pid: dump_one(binary, pid, with_locals, timeout_s), pids))

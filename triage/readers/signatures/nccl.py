@@ -444,3 +444,66 @@ signature(
     anchors="undefined symbol: nccl",
     summary="a binary expects an NCCL function the loaded libnccl does not have (version mix)",
 )
+
+# --- GPU fabric: NVSwitch and its fabric manager (comm.fabric) ---------------------------
+# On NVSwitch hosts (HGX/DGX A100, H100, H200, B200) CUDA cannot start until
+# nvidia-fabricmanager has brought the fabric up: cudaGetDeviceCount, cuInit and NCCL then
+# fail with error 802, worded per layer: torch's `Error 802: system not yet initialized`,
+# NCCL's `Cuda failure 802 'system not yet initialized'`, the CUDA samples'
+# `code=802(cudaErrorSystemNotReady)`, the driver API's CUDA_ERROR_SYSTEM_NOT_READY. NCCL's
+# NVLink SHARP (NVLS) multicast needs the fabric manager too and says so when it cannot bind
+# its memory. The fabric manager's own log (journalctl -u nvidia-fabricmanager) names a
+# version that differs from the driver's, or a configuration it rejects.
+
+
+def _not_ready(found: re.Match[str]) -> dict[str, Any]:
+    return {"nvls": "nvls" in found.string.lower()}
+
+
+signature(
+    "fabric.system_not_ready",
+    r"(?i:802|cuda)[^\n]{0,80}?system not yet initialized"
+    r"|cudaErrorSystemNotReady|CUDA_ERROR_SYSTEM_NOT_READY",
+    anchors=(
+        "system not yet initialized",
+        "cudaErrorSystemNotReady",
+        "CUDA_ERROR_SYSTEM_NOT_READY",
+    ),
+    summary="CUDA error 802: the GPUs cannot start work until the NVSwitch fabric manager is up",
+    extract=_not_ready,
+)
+
+signature(
+    "fabric.nvls_failed",
+    r"Failed to bind NVLink SHARP \(NVLS\) Multicast memory(?: of size (?P<bytes>\d+))?"
+    r"(?:[^']*?CUDA error (?P<code>\d+) '(?P<reason>[^']*)')?"
+    r"|This is usually caused by a system or configuration error in the Fabric Manager or NVSwitches",
+    anchors=(
+        "Failed to bind NVLink SHARP (NVLS) Multicast memory",
+        "configuration error in the Fabric Manager or NVSwitches",
+    ),
+    summary="NCCL could not bind NVLink SHARP multicast memory: fabric manager or NVSwitch state is broken",
+)
+
+signature(
+    "fabric.manager_version",
+    r"fabric manager NVIDIA GPU driver interface version (?P<fm_version>[\d.]+?)\.? "
+    r"(?:don't|doesn't|don’t|do not|does not) match with driver version "
+    r"(?P<driver_version>[\d.]+?)\.?(?=\s|$)",
+    anchors="fabric manager NVIDIA GPU driver interface version",
+    summary="nvidia-fabricmanager refuses to start: its version differs from the NVIDIA driver's",
+)
+
+signature(
+    "fabric.manager_failed",
+    r"nvidia-fabricmanager\.service: Control process exited, code=(?P<code>\w+), "
+    r"status=(?P<status>\S+)"
+    r"|Job for nvidia-fabricmanager\.service failed"
+    r"|fabric manager config file item: (?P<item>\w+) has an invalid value",
+    anchors=(
+        "nvidia-fabricmanager.service: Control process exited",
+        "Job for nvidia-fabricmanager.service failed",
+        "fabric manager config file item:",
+    ),
+    summary="the nvidia-fabricmanager service failed to start (the NVSwitch fabric stays down)",
+)

@@ -7,7 +7,8 @@ every rule reads the same facts and names the same rank and user line.
 
 Logs also carry the allocator's state in text: a memory_summary() table printed at the
 OOM reads as one more memory dump, and the memory a training loop prints every step
-becomes one series per writer, for the leak rule to see growth in.
+becomes one series per writer, for the leak rule to see growth in (`_memory_usage`).
+The events, their numbers and the judging helpers are `_oom_events`.
 """
 
 from __future__ import annotations
@@ -15,344 +16,19 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
-from triage.models import Evidence, Location
-from triage.observations import Frame, LogSignal, MemoryDump, MemoryGrowth, TracebackRecord
-from triage.readers.signatures.memory import (
-    CUDA_OOM_SIGNALS,
-    HOST_OOM_SIGNALS,
-    USAGE_SIGNALS,
-    format_size,
-)
+from triage.models import Evidence
+from triage.observations import LogSignal, MemoryDump, MemoryGrowth, TracebackRecord
+from triage.readers.signatures.memory import CUDA_OOM_SIGNALS, HOST_OOM_SIGNALS
 from triage.registry import EvidenceSet
 from triage.rules.logs._signals import signals, tracebacks
+from triage.rules.memory._memory_usage import UsageSeries, usage_series
+from triage.rules.memory._oom_events import HostEvent, Judged, OomEvent, OomNumbers, int_field
 from triage.text import rank_label
 
-GiB = 2**30
-MiB = 2**20
 _OOM_TEXT = re.compile(r"out of memory|OutOfMemoryError|_ALLOC_FAILED", re.IGNORECASE)
-_COLLECTIVE = re.compile(
-    r"all_?gather|allgather|unshard|summon_full_params|full_tensor|gather_16bit|_gather_full"
-    r"|reduce_scatter",
-    re.IGNORECASE,
-)
-_SERIALIZATION = re.compile(r"(^|/)torch/serialization\.py$")
-_SETUP = frozenset(
-    {
-        "init_process_group", "barrier", "_store_based_barrier", "new_group",
-        "_verify_param_shape_across_processes", "_sync_module_states", "_sync_params_and_buffers",
-        "set_device", "_lazy_init", "init_device_mesh",
-    }
-)  # fmt: skip
-_OPTIM = re.compile(
-    r"(^|/)torch/optim/|(^|/)apex/optimizers/|(^|/)deepspeed/ops/|(^|/)bitsandbytes/optim/"
-)
-_BACKWARD = frozenset({"backward", "_engine_run_backward", "run_backward"})
 _KILL_SIGNALS = frozenset({"SIGKILL", "9"})
 _FRAGMENT_GAP = 4  # a frame line, its source line, and a caret line or two
-
-
-@dataclass(frozen=True)
-class Core:
-    """Requested, capacity, free, reserved, allocated, reserved-but-unallocated, and memory
-    held outside this process, in bytes."""
-
-    requested: int
-    capacity: int
-    free: int
-    reserved: int
-    allocated: int
-    unallocated: int
-    held: int
-
-
-def fragmented(core: Core) -> float | None:
-    """How strongly the numbers say 'fragmentation': enough cached-but-unallocated memory that,
-    with what is free, the request would fit; None when they do not say it at all."""
-    floor = max(core.capacity * 0.05, 256 * MiB)
-    if core.unallocated < floor or core.free + core.unallocated < core.requested:
-        return None
-    strong = core.unallocated >= core.requested and core.unallocated >= core.capacity * 0.1
-    return 0.8 if strong else 0.6
-
-
-def held_by_others(core: Core) -> bool:
-    """Other processes hold enough of the GPU that without them the request would fit."""
-    return core.held >= max(core.capacity * 0.15, GiB) and core.free + core.held >= core.requested
-
-
-@dataclass
-class OomNumbers:
-    """The allocator's numbers at the OOM, in bytes; None where the message omits one."""
-
-    requested: int | None = None
-    device: int | None = None
-    capacity: int | None = None
-    free: int | None = None
-    allocated: int | None = None
-    reserved: int | None = None
-    unallocated: int | None = None
-    this_process: int | None = None
-    processes: list[tuple[int, int]] = field(default_factory=list)
-
-    @classmethod
-    def from_fields(cls, fields: dict[str, Any]) -> OomNumbers:
-        def number(key: str) -> int | None:
-            value = fields.get(key)
-            return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-        processes = [
-            (int(p["pid"]), int(p["used"]))
-            for p in fields.get("processes") or []
-            if isinstance(p, dict) and isinstance(p.get("used"), int)
-        ]
-        return cls(
-            requested=number("requested"),
-            device=number("device"),
-            capacity=number("capacity"),
-            free=number("free"),
-            allocated=number("allocated"),
-            reserved=number("reserved"),
-            unallocated=number("unallocated"),
-            this_process=number("this_process"),
-            processes=processes,
-        )
-
-    def core(self) -> Core | None:
-        """The numbers every judgement needs, when the message has all of them."""
-        q, c, f, r, a = self.requested, self.capacity, self.free, self.reserved, self.allocated
-        if q is None or c is None or f is None or r is None or a is None:
-            return None
-        unallocated = self.unallocated if self.unallocated is not None else max(0, r - a)
-        return Core(q, c, f, r, a, unallocated, self.held_elsewhere() or 0)
-
-    def self_pid(self) -> int | None:
-        """NVML lists this process by pid when its pid namespace differs (containers): the
-        listed process whose use is PyTorch's reserved memory plus a context is this one."""
-        if self.this_process is not None or self.reserved is None:
-            return None
-        slack = max(2 * GiB, (self.capacity or 0) // 10)
-        near = [
-            (used - self.reserved, pid)
-            for pid, used in self.processes
-            if 0 <= used - self.reserved <= slack
-        ]
-        return min(near)[1] if near else None
-
-    def others(self) -> list[tuple[int, int]]:
-        """(pid, bytes) of the other processes the message lists on this GPU."""
-        own = self.self_pid()
-        return [(pid, used) for pid, used in self.processes if pid != own]
-
-    def held_elsewhere(self) -> int | None:
-        """Memory in use on the GPU that this process does not hold.
-
-        Without the process's own total, its CUDA context, cuBLAS and NCCL buffers are
-        counted elsewhere too; an allowance covers them.
-        """
-        if self.capacity is None or self.free is None or self.reserved is None:
-            return None
-        own = self.this_process
-        if own is None:
-            own_pid = self.self_pid()
-            own = next((used for pid, used in self.processes if pid == own_pid), None)
-        if own is not None:
-            return max(0, self.capacity - self.free - own)
-        allowance = max(GiB, self.capacity // 20)
-        return max(0, self.capacity - self.free - self.reserved - allowance)
-
-    def describe(self) -> str:
-        """The numbers as one readable clause."""
-        parts = []
-        if self.requested is not None:
-            parts.append(f"tried to allocate {format_size(self.requested)}")
-        where = f" on GPU {self.device}" if self.device is not None else ""
-        if self.capacity is not None and self.free is not None:
-            parts.append(f"{format_size(self.free)} free of {format_size(self.capacity)}{where}")
-        if self.allocated is not None and self.reserved is not None:
-            parts.append(
-                f"PyTorch: {format_size(self.allocated)} allocated, "
-                f"{format_size(self.reserved)} reserved"
-            )
-        held = self.held_elsewhere()
-        if held:
-            parts.append(f"{format_size(held)} held outside this process")
-        return "; ".join(parts)
-
-
-@dataclass
-class OomEvent:
-    """One GPU out-of-memory error, however many lines reported it."""
-
-    kind: str
-    rank: int | None
-    path: str
-    line: int
-    text: str
-    evidence: list[str]
-    numbers: OomNumbers
-    pid: int | None = None
-    host: str | None = None
-    traceback: TracebackRecord | None = None
-    local_rank: int | None = None
-
-    @property
-    def frames(self) -> list[Frame]:
-        return self.traceback.frames if self.traceback else []
-
-    @property
-    def user_frame(self) -> Frame | None:
-        return self.traceback.user_frame if self.traceback else None
-
-    @property
-    def location(self) -> Location | None:
-        frame = self.user_frame
-        return frame.location() if frame else None
-
-    def who(self) -> str:
-        if self.rank is not None:
-            return f"rank {self.rank}"
-        if self.local_rank is not None:
-            return f"local rank {self.local_rank}"
-        return "a process (rank not in the log)"
-
-    def where(self) -> str:
-        loc = self.location
-        return f" at {loc}" if loc else ""
-
-
-@dataclass
-class HostEvent:
-    """A sign the host, not the GPU, ran out of memory; `strength` is how sure it is."""
-
-    signature: str
-    rank: int | None
-    strength: float
-    text: str
-    evidence: str
-
-
-@dataclass
-class Judged:
-    """The OOM a rule explains best, and every OOM it explains nearly as well (the culprits)."""
-
-    confidence: float
-    why: str
-    event: OomEvent
-    culprits: list[OomEvent]
-
-    @property
-    def location(self) -> Location | None:
-        return self.event.location or first_location(self.culprits)
-
-
-def judge(scored: Iterable[tuple[float, str, OomEvent]]) -> Judged | None:
-    """The best-explained OOM (the first of equals) and those within 0.15 of it."""
-    items = list(scored)
-    if not items:
-        return None
-    confidence, why, event = max(items, key=lambda s: s[0])
-    culprits = [e for c, _, e in items if c >= confidence - 0.15]
-    return Judged(confidence, why, event, culprits)
-
-
-#: One explanation an OOM rule weighs: confidence, summary, culprit ranks, user line, evidence.
-Scored = tuple[float, str, list[int], Location | None, list[str]]
-
-
-def strongest(candidates: list[Scored], *extra: str) -> tuple[Scored, list[str]]:
-    """The most confident explanation (the first of equals) and the evidence to cite: its
-    own, then `extra`, then what the weaker explanations saw (16 at most)."""
-    best = max(candidates, key=lambda c: c[0])
-    own = best[4] + list(extra)
-    return best, (own + [i for c in candidates for i in c[4] if i not in own])[:16]
-
-
-@dataclass(frozen=True)
-class UsagePoint:
-    """One log line's memory figure, in bytes."""
-
-    line: int
-    step: int | None
-    value: int
-    evidence: str
-
-
-@dataclass
-class UsageSeries:
-    """One writer's memory figure of one kind (allocated, reserved, ...), in log order."""
-
-    path: str
-    rank: int | None
-    local_rank: int | None
-    signature: str
-    metric: str
-    points: list[UsagePoint]
-
-    def who(self) -> str:
-        if self.rank is not None:
-            return f"rank {self.rank}"
-        if self.local_rank is not None:
-            return f"local rank {self.local_rank}"
-        return "the process"
-
-
-_MIN_POINTS = 5
-_NOISE = 64 * MiB  # below this a change is rounding or jitter ("10.2 GB" is +-50 MiB)
-
-
-@dataclass(frozen=True)
-class Rise:
-    """How a series' floor rose: overall, and over its second half (still rising at the end)."""
-
-    start: UsagePoint
-    end: UsagePoint
-    growth: int
-    tail_start: UsagePoint
-    tail_growth: int
-
-
-def steady_rise(series: UsageSeries) -> Rise | None:
-    """Steady growth of a rank's memory across its log lines, or None.
-
-    A leak rises line after line and keeps rising until the end; warm-up (optimizer state,
-    the cache filling) rises fast and stops; noise goes up and down; a big batch jumps once.
-    So: at most a quarter of the lines lower than the one before; the floor (the least value
-    from each line on, which one spike does not move) up by 1 GiB and 20%; and over the
-    second half of the lines still up by 256 MiB, no single rise making two thirds of that,
-    at least a quarter as fast as over the whole. Steps, else line numbers, measure how
-    fast, so the lines a scan keeps from the start and the end of a long log compare fairly.
-    """
-    points = series.points
-    n = len(points)
-    if n < _MIN_POINTS:
-        return None
-    values = [p.value for p in points]
-    if sum(1 for a, b in zip(values, values[1:], strict=False) if b < a - _NOISE) > (n - 1) // 4:
-        return None
-    floor = values[:]
-    for i in range(n - 2, -1, -1):
-        floor[i] = min(floor[i], floor[i + 1])
-    growth = floor[-1] - floor[0]
-    if growth < max(GiB, floor[0] // 5):
-        return None
-    tail = n - max(3, (n + 1) // 2)
-    tail_growth = floor[-1] - floor[tail]
-    jump = max(b - a for a, b in zip(floor[tail:], floor[tail + 1 :], strict=False))
-    if tail_growth < 256 * MiB or jump * 3 > tail_growth * 2:
-        return None
-    xs = [p.line for p in points]
-    steps = [p.step for p in points]
-    if all(
-        b is not None and a is not None and a < b for a, b in zip(steps, steps[1:], strict=False)
-    ):
-        xs = [p.step or 0 for p in points]
-    span, tail_span = xs[-1] - xs[0], xs[-1] - xs[tail]
-    if span <= 0 or tail_span <= 0 or tail_growth * span < 0.25 * growth * tail_span:
-        return None
-    start = values.index(floor[0])
-    return Rise(points[start], points[-1], growth, points[tail], tail_growth)
 
 
 @dataclass
@@ -393,7 +69,7 @@ def _build(evidence: EvidenceSet) -> OomView:
         dumps=evidence.payloads(MemoryDump) + _summary_dumps(evidence, gpu),
         growth=evidence.payloads(MemoryGrowth),
         job_pids=_job_pids(evidence),
-        usage=_usage_series(evidence),
+        usage=usage_series(evidence),
     )
 
 
@@ -410,11 +86,11 @@ def _summary_dumps(evidence: EvidenceSet, gpu: list[OomEvent]) -> list[tuple[Evi
     out = []
     for ev, sig in last.values():
         f = sig.fields
-        if not (gpu or _count(f, "num_ooms")):
+        if not (gpu or int_field(f, "num_ooms")):
             continue
-        allocated, reserved = _count(f, "allocated"), _count(f, "reserved")
+        allocated, reserved = int_field(f, "allocated"), int_field(f, "reserved")
         unused = reserved - allocated if reserved is not None and allocated is not None else None
-        device = _count(f, "device")
+        device = int_field(f, "device")
         dump = MemoryDump(
             path=sig.path,
             format="memory_summary",
@@ -425,14 +101,14 @@ def _summary_dumps(evidence: EvidenceSet, gpu: list[OomEvent]) -> list[tuple[Evi
             rank=sig.rank,
             allocated=allocated,
             reserved=reserved,
-            active=_count(f, "active"),
+            active=int_field(f, "active"),
             inactive=unused,
-            inactive_split=_count(f, "inactive_split"),
-            peak_allocated=_count(f, "peak_allocated"),
-            peak_reserved=_count(f, "peak_reserved"),
-            segments=_count(f, "segments"),
-            num_ooms=_count(f, "num_ooms"),
-            num_alloc_retries=_count(f, "num_alloc_retries"),
+            inactive_split=int_field(f, "inactive_split"),
+            peak_allocated=int_field(f, "peak_allocated"),
+            peak_reserved=int_field(f, "peak_reserved"),
+            segments=int_field(f, "segments"),
+            num_ooms=int_field(f, "num_ooms"),
+            num_alloc_retries=int_field(f, "num_alloc_retries"),
             oom_requested=_requested_near(sig, gpu),
         )
         out.append((ev, dump))
@@ -448,47 +124,6 @@ def _requested_near(sig: LogSignal, gpu: list[OomEvent]) -> int | None:
         if e.path == sig.path and e.rank == sig.rank and e.numbers.requested is not None
     ]
     return min(near)[1] if near else None
-
-
-def _count(fields: dict[str, Any], key: str) -> int | None:
-    value = fields.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-_USAGE_METRICS = ("allocated", "peak_allocated", "memory", "reserved", "peak_reserved")
-
-
-def _usage_series(evidence: EvidenceSet) -> list[UsageSeries]:
-    """Per-step memory lines grouped by writer, file and format; each group keeps the most
-    telling figure its lines carry (allocated before peaks, reserved last)."""
-    groups: dict[tuple[object, ...], list[tuple[Evidence, LogSignal]]] = {}
-    for ev, sig in signals(evidence, *USAGE_SIGNALS):
-        device = sig.fields.get("device")
-        key = (sig.path, sig.rank, sig.local_rank, sig.pid, sig.signature, device)
-        groups.setdefault(key, []).append((ev, sig))
-    out = []
-    for items in groups.values():
-        items.sort(key=lambda pair: pair[1].line)
-        metric = next(
-            (
-                m
-                for m in _USAGE_METRICS
-                if sum(_count(s.fields, m) is not None for _, s in items) * 5 >= len(items) * 4
-            ),
-            None,
-        )
-        if metric is None:
-            continue
-        points = [
-            UsagePoint(s.line, _count(s.fields, "step"), value, ev.id)
-            for ev, s in items
-            if (value := _count(s.fields, metric)) is not None
-        ]
-        first = items[0][1]
-        out.append(
-            UsageSeries(first.path, first.rank, first.local_rank, first.signature, metric, points)
-        )
-    return out
 
 
 _KIND = {
@@ -667,43 +302,3 @@ def _job_pids(evidence: EvidenceSet) -> dict[int, int | None]:
             if isinstance(pid, int):
                 pids[pid] = sig.rank if sig.rank is not None else pids.get(pid)
     return pids
-
-
-def phase(frames: list[Frame]) -> str | None:
-    """Which part of the step allocated: the optimizer step, backward, or forward."""
-    for frame in frames:
-        name = frame.function.rsplit(".", 1)[-1]
-        if _OPTIM.search(frame.file) or (name == "step" and "deepspeed/runtime/" in frame.file):
-            return "the optimizer step"
-        if name in _BACKWARD:
-            return "backward"
-    if any(f.function.rsplit(".", 1)[-1] in ("forward", "_call_impl") for f in frames):
-        return "forward"
-    return None
-
-
-def collective_frame(frames: list[Frame]) -> Frame | None:
-    """The innermost frame that gathers parameters or tensors across ranks."""
-    return next((f for f in frames if _COLLECTIVE.search(f.function)), None)
-
-
-def loads_checkpoint(frames: list[Frame]) -> bool:
-    """The OOM happened while torch.load restored tensors to the device they were saved on."""
-    return any(_SERIALIZATION.search(f.file) for f in frames)
-
-
-def in_setup(frames: list[Frame]) -> Frame | None:
-    """The process-group or DDP set-up frame the OOM happened under, if any: ranks that
-    never chose their GPU all create their CUDA context and NCCL buffers on GPU 0 there."""
-    return next((f for f in frames if f.function.rsplit(".", 1)[-1] in _SETUP), None)
-
-
-def first_location(events: Iterable[OomEvent]) -> Location | None:
-    return next((e.location for e in events if e.location is not None), None)
-
-
-def evidence_of(events: Iterable[OomEvent], limit: int = 12) -> list[str]:
-    out: list[str] = []
-    for event in events:
-        out += [e for e in event.evidence if e not in out]
-    return out[:limit]

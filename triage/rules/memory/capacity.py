@@ -8,17 +8,17 @@ from triage.models import Evidence, Finding, Location
 from triage.observations import MemoryDump
 from triage.readers.signatures.memory import format_size
 from triage.registry import EvidenceSet, rule
-from triage.rules.memory._oom_view import (
+from triage.rules.memory._memory_usage import steady_rise
+from triage.rules.memory._oom_events import (
     OomEvent,
     collective_frame,
     evidence_of,
     fragmented,
     held_by_others,
     judge,
-    oom_view,
     phase,
-    steady_rise,
 )
+from triage.rules.memory._oom_view import oom_view
 
 FIX = (
     "Shrink the per-GPU working set: a smaller micro-batch with gradient accumulation, "

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 from triage.models import Finding
 from triage.readers.signatures.memory import format_size, user_frame
 from triage.registry import EvidenceSet, rule
-from triage.rules.memory._oom_view import collective_frame, evidence_of, first_location, oom_view
+from triage.rules.memory._oom_events import collective_frame, evidence_of, first_location
+from triage.rules.memory._oom_view import oom_view
 
 FIX = (
     "Lower the gather peak: FSDP with reshard_after_forward=True / FULL_SHARD, "

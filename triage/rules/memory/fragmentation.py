@@ -8,16 +8,16 @@ from triage.models import Evidence, Finding
 from triage.observations import MemoryDump
 from triage.readers.signatures.memory import format_size
 from triage.registry import EvidenceSet, rule
-from triage.rules.memory._oom_view import (
+from triage.rules.memory._oom_events import (
     GiB,
     OomEvent,
     Scored,
     evidence_of,
     fragmented,
     judge,
-    oom_view,
     strongest,
 )
+from triage.rules.memory._oom_view import oom_view
 
 FIX = (
     "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (torch >= 2.1; before that "

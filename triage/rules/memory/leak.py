@@ -8,16 +8,9 @@ from pathlib import Path
 from triage.models import Finding
 from triage.readers.signatures.memory import format_size
 from triage.registry import EvidenceSet, rule
-from triage.rules.memory._oom_view import (
-    MiB,
-    Scored,
-    UsagePoint,
-    UsageSeries,
-    evidence_of,
-    oom_view,
-    steady_rise,
-    strongest,
-)
+from triage.rules.memory._memory_usage import UsagePoint, UsageSeries, steady_rise
+from triage.rules.memory._oom_events import MiB, Scored, evidence_of, strongest
+from triage.rules.memory._oom_view import oom_view
 from triage.text import rank_label
 
 FIX = (

@@ -7,14 +7,8 @@ from collections.abc import Iterator
 from triage.models import Finding
 from triage.readers.signatures.memory import format_size
 from triage.registry import EvidenceSet, rule
-from triage.rules.memory._oom_view import (
-    GiB,
-    OomEvent,
-    evidence_of,
-    held_by_others,
-    judge,
-    oom_view,
-)
+from triage.rules.memory._oom_events import GiB, OomEvent, evidence_of, held_by_others, judge
+from triage.rules.memory._oom_view import oom_view
 
 FIX = (
     "Find who holds the GPU: nvidia-smi --query-compute-apps=pid,used_memory --format=csv (or "

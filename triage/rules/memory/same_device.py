@@ -8,18 +8,17 @@ from collections.abc import Iterator
 from triage.models import Finding
 from triage.readers.signatures.memory import format_size
 from triage.registry import EvidenceSet, rule
-from triage.rules.memory._oom_view import (
+from triage.rules.memory._oom_events import (
     GiB,
     OomEvent,
-    OomView,
     Scored,
     evidence_of,
     first_location,
     in_setup,
     loads_checkpoint,
-    oom_view,
     strongest,
 )
+from triage.rules.memory._oom_view import OomView, oom_view
 from triage.text import format_ranks
 
 FIX = (

@@ -1,0 +1,174 @@
+"""Finding and reading dump files: which files are Flight Recorder dumps (by their first
+bytes, whatever their names), reading one (JSON, or a pickle through the fast path or the
+restricted unpickler) into a RankDump, and reading thousands of them on every core."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from triage.readers.files import files_by_head
+from triage.readers.flight_recorder.dump_bytes import HEAD_BYTES, MAX_DUMP_BYTES, TAIL_BYTES, _Bytes
+from triage.readers.flight_recorder.dump_entries import _reduce, rank_from_name
+from triage.readers.flight_recorder.dump_records import (
+    NotFlightRecorder,
+    RankDump,
+    UnreadableDump,
+    intern_members,
+)
+from triage.readers.flight_recorder.fast_pickle import _fast_pickle
+from triage.readers.safe_pickle import UntrustedPickleError, load_untrusted
+
+SNIFF_BYTES = 1 << 20  # a dump's first entry, and with it its keys, lies within
+PARALLEL_FILES = 64  # files from which reading is spread over processes
+_FR_MARKERS = (b"collective_seq_id", b"profiling_name", b"pg_config")
+
+
+def looks_like_dump(head: bytes) -> bool:
+    """A document whose first bytes carry Flight Recorder keys (its first entry has them)."""
+    return any(marker in head for marker in _FR_MARKERS)
+
+
+def read_dump(path: str | Path) -> RankDump:
+    """Reduce one rank's dump file; NotFlightRecorder or UnreadableDump when it is not one.
+    Other documents are told apart by their head and never read whole; a dump torch
+    wrote is mostly read at its head and its tail only."""
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        head = handle.read(size if size <= HEAD_BYTES + TAIL_BYTES else HEAD_BYTES)
+    if not looks_like_dump(head):
+        raise NotFlightRecorder
+    if size > MAX_DUMP_BYTES:
+        raise UnreadableDump(f"over the {MAX_DUMP_BYTES}-byte limit for dumps: not read")
+    return parse_dump(str(path), _Bytes(str(path), head, size))
+
+
+def parse_dump(path: str, data: bytes | _Bytes) -> RankDump:
+    """Reduce one rank's dump from its bytes (pickle or JSON)."""
+    view = data if isinstance(data, _Bytes) else _Bytes(None, data, len(data))
+    if not looks_like_dump(view.head[:SNIFF_BYTES]):
+        raise NotFlightRecorder
+    if view[:1] == b"\x80":
+        fast = _fast_pickle(view)
+        if fast is not None:
+            header, entries, total = fast
+            return _reduce(path, header, entries, total, fast=True)
+        try:
+            document = load_untrusted(view.whole(), MAX_DUMP_BYTES)
+        except UntrustedPickleError as exc:
+            raise UnreadableDump(exc.reason) from None
+    else:
+        try:
+            document = json.loads(view.whole().decode("utf-8", "replace"))
+        except RecursionError:
+            raise UnreadableDump("corrupt JSON: nested too deeply") from None
+        except ValueError as exc:
+            raise UnreadableDump(f"corrupt JSON: {exc}") from None
+    if not isinstance(document, dict) or not (
+        isinstance(document.get("entries"), list) or "pg_config" in document
+    ):
+        raise NotFlightRecorder
+    raw = document.get("entries")
+    entries = raw if isinstance(raw, list) else []
+    return _reduce(path, document, entries, len(entries), fast=False)
+
+
+@dataclass
+class ReadResult:
+    """Every file of a folder of dumps, sorted: read, not a dump, or unreadable (why)."""
+
+    dumps: list[RankDump] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    unreadable: list[tuple[str, str]] = field(default_factory=list)
+
+    def merge(self, other: ReadResult) -> None:
+        """Take another process's results; its member lists become this process's shared
+        tuples again (each batch pickled its own copy)."""
+        local: dict[int, tuple[int, ...]] = {}  # a batch shares one tuple per member list
+        for dump in other.dumps:
+            dump.configs = {
+                name: local.get(id(m)) or local.setdefault(id(m), intern_members(m))
+                for name, m in dump.configs.items()
+            }
+        self.dumps += other.dumps
+        self.skipped += other.skipped
+        self.unreadable += other.unreadable
+
+
+def read_files(paths: Sequence[str]) -> ReadResult:
+    """Read dumps one after another; each is dropped once reduced."""
+    result = ReadResult()
+    for path in paths:
+        try:
+            result.dumps.append(read_dump(path))
+        except NotFlightRecorder:
+            result.skipped.append(path)
+        except UnreadableDump as exc:
+            result.unreadable.append((path, str(exc)))
+        except OSError as exc:
+            result.unreadable.append((path, f"cannot read: {exc.strerror or exc}"))
+        except Exception as exc:  # crafted content must cost its file, not the analysis
+            reason = f"unexpected content ({type(exc).__name__}: {exc})"
+            result.unreadable.append((path, reason.splitlines()[0][:300]))
+    return result
+
+
+def read_all(paths: Sequence[str], workers: int | None = None) -> ReadResult:
+    """Read many dumps on several cores: each file is independent, and at thousands of
+    ranks reading dominates. This process reads one share itself while `workers - 1`
+    others read the rest (half the results to ship back than with idle waiting). Falls
+    back to one process where a pool cannot start."""
+    cores = workers if workers is not None else min(os.cpu_count() or 1, 8)
+    if cores < 2 or len(paths) < PARALLEL_FILES:
+        return read_files(paths)
+    import multiprocessing as mp  # only thousands of dumps pay for a pool
+    import threading
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    shares = [list(paths[i::cores]) for i in range(cores)]
+    method = (
+        "fork"
+        if threading.active_count() == 1 and "fork" in mp.get_all_start_methods()
+        else "spawn"
+    )
+    result = ReadResult()
+    try:
+        with ProcessPoolExecutor(cores - 1, mp_context=mp.get_context(method)) as pool:
+            others = pool.map(read_files, shares[1:])
+            result.merge(read_files(shares[0]))
+            for part in others:
+                result.merge(part)
+    except (OSError, BrokenProcessPool, RuntimeError):
+        return read_files(paths)
+    return result
+
+
+def find_dump_files(folder: Path, limit: int) -> list[str]:
+    """Up to `limit` files under the folder that are a pickle or JSON document by their
+    first byte: the candidates among which reading tells dumps from other documents."""
+    return files_by_head(folder, lambda head: head.lstrip()[:1] in (b"\x80", b"{"), 64, limit)
+
+
+def dump_stem(path: str) -> str:
+    """A dump's name without its rank: files of one job share it."""
+    name = Path(path).name
+    rank = rank_from_name(path)
+    if rank is None:
+        return name
+    at = name.rfind(str(rank))
+    return name[:at] if at >= 0 else name
+
+
+def unreadable_files(result: ReadResult) -> list[tuple[str, str]]:
+    """(file, why) of every file that could not be read, then of the skipped files named
+    like the dumps read: a rank's file that is not a dump."""
+    named = {dump_stem(d.path) for d in result.dumps}
+    unreadable = list(result.unreadable)
+    for path in result.skipped:
+        if dump_stem(path) in named:
+            unreadable.append((path, "not a Flight Recorder dump, though named like the others"))
+    return unreadable

@@ -1,0 +1,268 @@
+"""Process discovery: which live processes are a job's ranks, and what their environment
+says about their place in it.
+
+A rank's place in the job is in its environment (RANK, WORLD_SIZE, ... as torchrun,
+SLURM wrappers and most launchers set it). Ranks are found from the pids a user names,
+from a launcher's pid, or as peers of those pids on this host (same torchelastic run or
+master), so one rank's pid still sees the whole local job; ranks of the world with no
+live process here are missing, on this host or on others.
+
+Two ways to find the ranks under a launcher live here: `launcher_children` (the
+`discover_ranks` tool: the launcher's Python descendants whose parent is not one of
+them) and `rank_pids` (`triage run`: descendants with a RANK, else the Python children,
+else the launcher itself, launchers in between left out).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+import psutil
+
+from triage.observations import MissingRank, RankProcess
+
+LAUNCHERS = (
+    ("torchrun", ("torchrun", "torch.distributed.run", "torch.distributed.launch")),
+    ("deepspeed", ("deepspeed",)),
+    ("accelerate", ("accelerate",)),
+    ("srun", ("srun", "slurmstepd")),
+    ("mpirun", ("mpirun", "mpiexec", "orted", "prted")),
+)
+_LOOPBACK = ("127.", "localhost", "::1")
+#: Launchers run as `python -m MODULE` or as their own script (`is_launcher`).
+_LAUNCHER_MODULES = {
+    "torch.distributed.run",
+    "torch.distributed.launch",
+    "deepspeed.launcher.runner",
+    "deepspeed.launcher.launch",
+    "accelerate.commands.launch",
+}
+_LAUNCHER_SCRIPTS = {"torchrun", "deepspeed", "accelerate"}
+#: multiprocessing's own helper processes sit beside the ranks; they are not ranks.
+_RUN_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+_HELPERS = (*_RUN_HELPERS, "semaphore_tracker")
+
+
+def environ(proc: psutil.Process) -> dict[str, str]:
+    """A process's environment; empty when it is gone or not ours to read."""
+    try:
+        return proc.environ()
+    except (psutil.Error, OSError):
+        return {}
+
+
+def environ_of(pid: int) -> dict[str, str]:
+    """The environment of `pid`; empty when it is gone or not ours to read."""
+    try:
+        return psutil.Process(pid).environ()
+    except (psutil.Error, OSError):
+        return {}
+
+
+def cmdline(proc: psutil.Process) -> list[str]:
+    """A process's argv; empty when it is gone or not ours to read."""
+    try:
+        return proc.cmdline()
+    except (psutil.Error, OSError):
+        return []
+
+
+def is_launcher(argv: list[str]) -> bool:
+    """`python -m torch.distributed.run ...`, `.../bin/torchrun ...`: a launcher, not a rank
+    (whose own arguments may well mention one, like `--deepspeed ds.json`)."""
+    if "-m" in argv[:3]:
+        module = argv[argv.index("-m") + 1 : argv.index("-m") + 2]
+        return bool(module) and module[0] in _LAUNCHER_MODULES
+    return len(argv) > 1 and os.path.basename(argv[1]) in _LAUNCHER_SCRIPTS
+
+
+def rank_pids(launcher_pid: int) -> list[int]:
+    """The job's rank processes: Python descendants with a RANK (torchrun, deepspeed,
+    srun wrappers), else the launcher's Python children (mp.spawn), else the launcher
+    itself; workers of a rank (DataLoader) and launchers in between are left out.
+    Empty when the launcher is gone or cannot be read."""
+    try:
+        root = psutil.Process(launcher_pid)
+        family = root.children(recursive=True)
+    except psutil.Error:
+        return []
+    candidates: dict[int, psutil.Process] = {}
+    for proc in family:
+        argv = cmdline(proc)
+        words = " ".join(argv)
+        if not argv or "python" not in os.path.basename(argv[0]).lower():
+            continue
+        if is_launcher(argv) or any(helper in words for helper in _RUN_HELPERS):
+            continue
+        candidates[proc.pid] = proc
+    with_rank = {pid: p for pid, p in candidates.items() if "RANK" in environ(p)}
+    pool = with_rank or candidates
+    ranks = []
+    for pid, proc in pool.items():
+        try:
+            ancestors = {parent.pid for parent in proc.parents()}
+        except psutil.Error:
+            continue
+        if not ancestors & set(pool):
+            ranks.append(pid)
+    argv = cmdline(root)
+    if not ranks and argv and "python" in os.path.basename(argv[0]).lower():
+        ranks = [] if is_launcher(argv) else [launcher_pid]
+    return sorted(ranks)
+
+
+def _int(env: dict[str, str], *names: str) -> int | None:
+    for name in names:
+        value = env.get(name, "").strip()
+        if value.lstrip("-").isdigit():
+            return int(value)
+    return None
+
+
+def _launcher(proc: psutil.Process) -> tuple[str | None, int | None]:
+    """Walk up the parents to the first process that looks like a launcher."""
+    own = " ".join(cmdline(proc))
+    try:
+        parents = proc.parents()
+    except psutil.Error:
+        parents = []
+    if "multiprocessing" in own and ("spawn_main" in own or "--multiprocessing-fork" in own):
+        return "mp.spawn", parents[0].pid if parents else None
+    for parent in parents:
+        words = " ".join(cmdline(parent))
+        for name, needles in LAUNCHERS:
+            if any(needle in words for needle in needles):
+                return name, parent.pid
+    return None, None
+
+
+def _job_id(env: dict[str, str]) -> str | None:
+    if env.get("TORCHELASTIC_RUN_ID"):
+        return f"torchelastic:{env['TORCHELASTIC_RUN_ID']}"
+    if env.get("MASTER_ADDR") and env.get("MASTER_PORT"):
+        return f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}"
+    return None
+
+
+def read_process(pid: int, host: str) -> RankProcess:
+    """One process's place in the job; raises psutil errors for the caller to explain."""
+    proc = psutil.Process(pid)
+    status = proc.status()
+    env = proc.environ() if status != psutil.STATUS_ZOMBIE else {}
+    launcher, launcher_pid = _launcher(proc)
+    rank = _int(env, "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+    return RankProcess(
+        pid=pid,
+        rank=rank,
+        local_rank=_int(env, "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"),
+        world_size=_int(env, "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"),
+        local_world_size=_int(env, "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"),
+        group_rank=_int(env, "GROUP_RANK", "SLURM_NODEID"),
+        host=host,
+        launcher=launcher,
+        launcher_pid=launcher_pid,
+        job_id=_job_id(env),
+        master=f"{env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')}"
+        if env.get("MASTER_ADDR")
+        else None,
+        status=status,
+        cmdline=" ".join(cmdline(proc))[:300],
+        rank_source="env" if rank is not None else "unknown",
+    )
+
+
+def _is_helper(argv: list[str]) -> bool:
+    """multiprocessing's own helper processes sit beside the ranks; they are not ranks."""
+    words = " ".join(argv)
+    return any(helper in words for helper in _HELPERS)
+
+
+def launcher_children(launcher_pid: int) -> list[int]:
+    """Rank processes under a launcher: its Python descendants, minus their own workers.
+    Raises psutil.NoSuchProcess or psutil.AccessDenied when the launcher cannot be read."""
+    children = psutil.Process(launcher_pid).children(recursive=True)
+    pythons = {
+        c.pid: c
+        for c in children
+        if "python" in " ".join(cmdline(c)[:1]).lower() and not _is_helper(cmdline(c))
+    }
+    ranks = []
+    for pid, child in pythons.items():
+        try:
+            parent = child.ppid()
+        except psutil.Error:
+            continue
+        if parent not in pythons:  # a DataLoader worker's parent is a rank, not the launcher
+            ranks.append(pid)
+    return sorted(ranks)
+
+
+def same_job_on_host(job_ids: set[str], known: set[int], host: str) -> list[RankProcess]:
+    """Other ranks of the same job on this host that the user did not name."""
+    found = []
+    me = os.getpid()
+    for proc in psutil.process_iter(["pid"]):  # torch renames ranks' threads: no name filter
+        if proc.pid in known or proc.pid == me:
+            continue
+        try:
+            info = read_process(proc.pid, host)
+        except (psutil.Error, OSError):
+            continue
+        if info.job_id in job_ids and info.rank is not None:
+            found.append(info)
+    return [p for p in found if not _is_worker(p, found)]
+
+
+def covers_world(processes: list[RankProcess]) -> bool:
+    """Every rank of the world is already in hand: no need to scan the host."""
+    sizes = {p.world_size for p in processes if p.world_size}
+    return len(sizes) == 1 and {p.rank for p in processes} >= set(range(sizes.pop()))
+
+
+def _is_worker(candidate: RankProcess, peers: Iterable[RankProcess]) -> bool:
+    """A DataLoader worker inherits its rank's environment; it is not a rank itself."""
+    try:
+        parent = psutil.Process(candidate.pid).ppid()
+    except psutil.Error:
+        return False
+    return any(p.pid == parent and p.rank == candidate.rank for p in peers)
+
+
+def missing_ranks(processes: list[RankProcess], host: str) -> tuple[list[MissingRank], list[int]]:
+    """Ranks of the world with no live process, and the ranks not inspected because they
+    run on other hosts. On one host every absent rank is missing; across hosts only the
+    local ranks of this host with no process are (the others may well be alive there)."""
+    sizes = {p.world_size for p in processes if p.world_size}
+    if not sizes:
+        return [], []
+    world = max(sizes)
+    present = {p.rank for p in processes if p.rank is not None and p.status != psutil.STATUS_ZOMBIE}
+    absent = sorted(set(range(world)) - present)
+    if not absent:
+        return [], []
+    local_sizes = {p.local_world_size for p in processes if p.local_world_size}
+    masters = {(p.master or "").split(":")[0] for p in processes}
+    single_host = (local_sizes and max(local_sizes) >= world) or all(
+        m.startswith(_LOOPBACK) for m in masters if m
+    )
+    if single_host:
+        reason = f"WORLD_SIZE is {world} and no live process on {host} holds this rank"
+        return [
+            MissingRank(rank=r, world_size=world, scope="host", reason=reason) for r in absent
+        ], []
+    local_ranks = {p.local_rank for p in processes if p.local_rank is not None}
+    missing_local = []
+    if local_sizes and local_ranks:
+        expected_local = set(range(max(local_sizes)))
+        missing_local = sorted(expected_local - local_ranks)
+    missing = [
+        MissingRank(
+            local_rank=lr,
+            world_size=world,
+            scope="host",
+            reason=f"local rank {lr} of {host} has no live process",
+        )
+        for lr in missing_local
+    ]
+    return missing, absent
