@@ -15,14 +15,16 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/triage demo
 
-# Bytecode as a wheel install would have it: the CLI starts in many tests and benchmarks,
-# and environments with PYTHONDONTWRITEBYTECODE would otherwise recompile it every time.
-test: $(STAMP)
+# Lint and types first (seconds), then the suite. Bytecode as a wheel install would have
+# it: the CLI starts in many tests and benchmarks, and environments with
+# PYTHONDONTWRITEBYTECODE would otherwise recompile it every time.
+test: lint
 	$(BIN)/python -m compileall -q triage tools
 	$(BIN)/python -m pytest -q --durations=15
 
 lint: $(STAMP)
 	$(BIN)/ruff check triage tools tests bench
+	$(BIN)/ruff format --check triage tools tests bench
 	$(BIN)/mypy
 
 bench: $(STAMP)

@@ -34,13 +34,15 @@ from pathlib import Path
 
 import psutil
 
-from tests.synthetic_fr import DEFAULT_PREFIX, plant, write_dumps
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # the dump writer lives in tests/, beside the checkout's code
+
+from tests.synthetic_fr import DEFAULT_PREFIX, plant, write_dumps  # noqa: E402
 
 TARGET_RATIO = 20.0
 TARGET_SECONDS = 10.0
 TARGET_MB = 1024.0
 RATIO_AT = 1024
-REPO = Path(__file__).resolve().parent.parent
 GLOO = REPO / "tests" / "fixtures" / "flight_recorder" / "mismatched_collective"
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from tests.conftest import requires_torch, triage_cli
 from triage.scenarios.failures import FAILURES, run_failure
-from triage.scenarios.failures.runner import _kill_tree
+from triage.scenarios.failures.failure_runs import _kill_tree
 
 # A launcher that starts a worker in a session of its own, as torchrun does, and waits.
 FAKE_LAUNCHER = (

@@ -25,6 +25,15 @@ from triage.registry import RULES, EvidenceSet, run_rules, select
 
 HERE = Path(__file__).resolve().parent
 CASES = sorted(p.parent for p in HERE.rglob("expected.json"))
+#: Rules no real evidence can be recorded for on this project's machines, and why.
+WITHOUT_REAL_EVIDENCE = {
+    "fr.p2p_deadlock": "gloo's Flight Recorder records no send/recv (checked on torch 2.14 with"
+    " send/recv, irecv and batch_isend_irecv): only NCCL dumps show p2p waits, and no GPU is"
+    " lent here; tests/test_flight_recorder.py covers it on synthetic NCCL-format dumps",
+    "env.infiniband": "it reads the host's InfiniBand ports (/sys/class/infiniband) beside each"
+    " rank's memlock limit and NCCL_IB_* settings; no host here has an HCA, and a software"
+    " RoCE device needs kernel modules these machines lack",
+}
 
 
 def _case_id(case: Path) -> str:
@@ -43,14 +52,18 @@ def fire(case: Path) -> tuple[dict[str, Any], list[Finding]]:
     if expected.get("evidence"):
         recorded = json.loads(Path(_resolve(case, expected["evidence"])).read_text())
         evidence += [Evidence.model_validate(item) for item in recorded]
-    found = [f for r, f in run_rules(select(["*"]), EvidenceSet(evidence)) if r.id == expected["rule_id"]]
+    found = [
+        f for r, f in run_rules(select(["*"]), EvidenceSet(evidence)) if r.id == expected["rule_id"]
+    ]
     return expected, found
 
 
 def test_every_rule_has_a_fixture() -> None:
     covered = {json.loads((case / "expected.json").read_text())["rule_id"] for case in CASES}
     bundled = {r.id for r in RULES.values() if r.detect.__module__.startswith("triage.rules.")}
-    assert not sorted(bundled - covered), "rules without a fixture under tests/rules/"
+    assert sorted(bundled - covered - set(WITHOUT_REAL_EVIDENCE)) == [], "no fixture"
+    assert sorted(set(WITHOUT_REAL_EVIDENCE) & covered) == [], "has one now: drop the excuse"
+    assert set(WITHOUT_REAL_EVIDENCE) <= bundled
 
 
 @pytest.mark.parametrize("case", CASES, ids=_case_id)

@@ -20,9 +20,7 @@ if TYPE_CHECKING:  # `triage.cli` imports this package at start-up: keep it ligh
     from triage.models import Report
     from triage.playbooks import Playbook
 
-# The current Sonnet model: listed by the SDK (anthropic.types.ModelParam) and not in its
-# deprecation table; tests/test_llm.py checks both against the installed SDK.
-DEFAULT_MODEL = "claude-sonnet-5-5"
+from triage.llm.config import DEFAULT_MODEL
 
 __all__ = ["DEFAULT_MODEL", "refine_report"]
 

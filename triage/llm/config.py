@@ -12,8 +12,9 @@ import importlib.util
 import os
 from dataclasses import dataclass
 
-from triage.llm import DEFAULT_MODEL
-
+# The current Sonnet model: listed by the SDK (anthropic.types.ModelParam) and not in its
+# deprecation table; tests/test_llm.py checks both against the installed SDK.
+DEFAULT_MODEL = "claude-sonnet-5-5"
 INSTALL_HINT = "pip install 'triage[llm]'"
 CREDENTIAL_VARIABLES = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
 

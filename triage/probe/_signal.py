@@ -102,7 +102,7 @@ def _name_thread(state: Installed) -> None:
 
 
 def _on_signal(state: Installed) -> None:
-    """The work of one signal: the recorder to the runner's folder, then a snapshot that
+    """The work of one signal: the recorder to $TRIAGE_FR_DIR, then a snapshot that
     points at that dump (one dump per signal: readers never see a rank twice)."""
     target = None
     try:

@@ -2,11 +2,12 @@
 
 `check_environment` (tools/check_environment.py) writes one EnvironmentFacts item per rank
 (its variables, limits and library versions, read from /proc) and one for the host
-(interfaces, /dev/shm, InfiniBand ports, the master's reachability, GPUs); the payload
-is typed in triage/observations.py. Rules compare them: a socket interface that does
-not exist, two ranks on one GPU, ranks that disagree on WORLD_SIZE. The matching of
-NCCL's interface lists and the comparison of variables across ranks live here so the
-tool's summary and the rules agree on what a setting selects and what differs.
+(interfaces, /dev/shm, InfiniBand ports, the master's reachability, GPUs), both read by
+triage/readers/host_facts.py; the payload is typed in triage/observations/host.py. Rules
+compare them: a socket interface that does not exist, two ranks on one GPU, ranks that
+disagree on WORLD_SIZE. The matching of NCCL's interface lists and the comparison of
+variables across ranks live here so the tool's summary and the rules agree on what a
+setting selects and what differs.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Real torchrun-launched gloo jobs that fail with one planted fault each, and their runner.
+"""Real torchrun-launched gloo jobs that fail with one planted fault each, and how they are run.
 
 Where ``triage.scenarios`` jobs hang (for `triage hang` on live processes), these jobs fail
 and leave logs behind (for `triage analyze`): the recorded fixtures under
@@ -6,7 +6,7 @@ and leave logs behind (for `triage analyze`): the recorded fixtures under
 library and psutil; torch runs inside the launched jobs.
 """
 
-from triage.scenarios.failures.runner import (
+from triage.scenarios.failures.failure_runs import (
     CONSOLE_LOG,
     FAILURES,
     FAILURES_DIR,

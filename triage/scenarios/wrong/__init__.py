@@ -1,4 +1,4 @@
-"""Real gloo jobs whose replicas go wrong in one planted way each, and their runner.
+"""Real gloo jobs whose replicas go wrong in one planted way each, and how they are run.
 
 Where ``triage.scenarios.failures`` jobs fail with an error in their logs, these jobs
 mostly finish: the evidence is inside the processes, and each rank writes it with
@@ -6,7 +6,7 @@ mostly finish: the evidence is inside the processes, and each rank writes it wit
 here. Importing this package needs only the standard library and psutil.
 """
 
-from triage.scenarios.wrong.runner import (
+from triage.scenarios.wrong.wrong_runs import (
     LOG_DIR,
     PROBE_DIR,
     WRONG_DIR,

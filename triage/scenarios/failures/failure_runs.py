@@ -1,6 +1,6 @@
 """Launch a failure scenario the way users do (torchrun with per-rank logs) and keep its output.
 
-Each scenario is one small job script in this folder with one planted fault. The runner
+Each scenario is one small job script in this folder with one planted fault. This module
 starts ``python -m torch.distributed.run`` (or the deprecated ``torch.distributed.launch``)
 with ``--redirects 3 --tee 3 --log-dir``, so the output carries torchrun's real ``[rankN]:`` /
 ``[defaultN]:`` prefixes, its per-rank log folders and its ChildFailedError report. The

@@ -1,0 +1,24 @@
+"""Write evidence.json beside this file: the recorded py-spy dumps of a real hung gloo job,
+replayed into triage Evidence items exactly as tests/test_hang_fixtures.py::replay does.
+
+    .venv/bin/python tests/rules/stacks.rank_not_in_collective/rank_not_in_collective/record.py
+
+Source: tests/fixtures/stacks/rank_not_in_collective (recorded by tests/fixtures/stacks/record.py from
+triage/scenarios/jobs/rank_not_in_collective.py).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[3]))
+
+from tests.test_hang_fixtures import FIXTURES, replay  # noqa: E402
+
+if __name__ == "__main__":
+    _, report = replay(FIXTURES / "rank_not_in_collective")
+    items = [item.model_dump(mode="json") for item in report.evidence]
+    (HERE / "evidence.json").write_text(json.dumps(items, indent=1) + "\n")
