@@ -33,7 +33,8 @@ BUNDLED_IN_WHEEL = [
     "triage/playbooks/hang.md",
     "triage/SKILL.md",
     "triage/rules/__init__.py",
-    "triage/rules/hang_mismatched_collective.py",
+    "triage/rules/stacks/mismatched_collective.py",
+    "triage/job/probe_protocol.py",
 ]
 CLEAN_ENV_DROP = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV", "TRIAGE_PLUGINS")
 

@@ -22,7 +22,8 @@ import psutil
 import pytest
 
 from tests.conftest import requires_torch, triage_cli
-from triage.job import debug_env, dumps, probe_protocol, probe_signal, run, watch
+from triage.job import debug_env, dumps, probe_protocol, probe_signal, run
+from triage.readers import processes
 from triage.readers.safe_pickle import load_untrusted
 from triage.scenarios import free_port, main_thread, pid_alive, py_spy_dump
 from triage.scenarios.failures import FAILURES
@@ -230,7 +231,7 @@ def _text(path: Path) -> str:
     ],
 )
 def test_launchers_are_told_from_ranks(argv: list[str], launcher: bool) -> None:
-    assert watch.is_launcher(argv) is launcher
+    assert processes.is_launcher(argv) is launcher
 
 
 # -- the probe's signal --------------------------------------------------------------------

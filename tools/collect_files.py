@@ -21,6 +21,7 @@ MAX_FILES = 50_000
 
 
 def _walk(paths: list[str]) -> tuple[list[Path], list[Gap]]:
+    """The files given and the regular files under the folders given, up to MAX_FILES."""
     files: list[Path] = []
     gaps: list[Gap] = []
     for raw in paths:

@@ -7,7 +7,6 @@ sample, one that keeps printing or moving is not hung.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from collections.abc import Callable
@@ -15,79 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from triage.job.launch import Job
 from triage.observations import RankState
+from triage.readers.processes import rank_pids
 from triage.registry import REGISTRY
 
 _PEER_WAITS = {"collective", "p2p", "group_setup"}
-_LAUNCHER_MODULES = {
-    "torch.distributed.run",
-    "torch.distributed.launch",
-    "deepspeed.launcher.runner",
-    "deepspeed.launcher.launch",
-    "accelerate.commands.launch",
-}
-_LAUNCHER_SCRIPTS = {"torchrun", "deepspeed", "accelerate"}
-_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
-
-
-def _environ(proc: psutil.Process) -> dict[str, str]:
-    try:
-        return proc.environ()
-    except (psutil.Error, OSError):
-        return {}
-
-
-def _cmdline(proc: psutil.Process) -> list[str]:
-    try:
-        return proc.cmdline()
-    except (psutil.Error, OSError):
-        return []
-
-
-def is_launcher(argv: list[str]) -> bool:
-    """`python -m torch.distributed.run ...`, `.../bin/torchrun ...`: a launcher, not a rank
-    (whose own arguments may well mention one, like `--deepspeed ds.json`)."""
-    if "-m" in argv[:3]:
-        module = argv[argv.index("-m") + 1 : argv.index("-m") + 2]
-        return bool(module) and module[0] in _LAUNCHER_MODULES
-    return len(argv) > 1 and os.path.basename(argv[1]) in _LAUNCHER_SCRIPTS
-
-
-def rank_pids(launcher_pid: int) -> list[int]:
-    """The job's rank processes: Python descendants with a RANK (torchrun, deepspeed,
-    srun wrappers), else the launcher's Python children (mp.spawn), else the launcher
-    itself; workers of a rank (DataLoader) and launchers in between are left out."""
-    try:
-        root = psutil.Process(launcher_pid)
-        family = root.children(recursive=True)
-    except psutil.Error:
-        return []
-    candidates: dict[int, psutil.Process] = {}
-    for proc in family:
-        argv = _cmdline(proc)
-        words = " ".join(argv)
-        if not argv or "python" not in os.path.basename(argv[0]).lower():
-            continue
-        if is_launcher(argv) or any(helper in words for helper in _HELPERS):
-            continue
-        candidates[proc.pid] = proc
-    with_rank = {pid: p for pid, p in candidates.items() if "RANK" in _environ(p)}
-    pool = with_rank or candidates
-    ranks = []
-    for pid, proc in pool.items():
-        try:
-            ancestors = {parent.pid for parent in proc.parents()}
-        except psutil.Error:
-            continue
-        if not ancestors & set(pool):
-            ranks.append(pid)
-    argv = _cmdline(root)
-    if not ranks and argv and "python" in os.path.basename(argv[0]).lower():
-        ranks = [] if is_launcher(argv) else [launcher_pid]
-    return sorted(ranks)
 
 
 class StacksUnavailable(Exception):
