@@ -660,7 +660,7 @@ def test_work_grows_with_ranks_not_faster(tmp_path: Path, monkeypatch: pytest.Mo
         calls += 1
         return entry(raw)
 
-    monkeypatch.setattr(fr, "_entry", counted)
+    monkeypatch.setattr("triage.readers.flight_recorder.dump_entries._entry", counted)
     seen = {}
     for ranks in (64, 256):
         calls = 0
@@ -671,7 +671,7 @@ def test_work_grows_with_ranks_not_faster(tmp_path: Path, monkeypatch: pytest.Mo
         assert len({id(d.configs["0"]) for d in dumps}) == 1  # one tuple for all dumps
         fr.analyze_dumps(dumps)
         seen[ranks] = calls
-    assert seen[256] == 4 * seen[64]
+    assert seen[64] > 0 and seen[256] == 4 * seen[64]
 
 
 def test_a_large_dump_is_read_at_its_head_and_tail_only(tmp_path: Path) -> None:
@@ -689,7 +689,7 @@ def test_a_large_dump_is_read_at_its_head_and_tail_only(tmp_path: Path) -> None:
 def test_the_lazy_view_answers_like_bytes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sub: bytes
 ) -> None:
-    monkeypatch.setattr(fr, "TAIL_BYTES", 4096)
+    monkeypatch.setattr("triage.readers.flight_recorder.dump_bytes.TAIL_BYTES", 4096)
     folder = generated(tmp_path, "scheduled", entries=300)
     path = dump_files(folder)[0]
     data = path.read_bytes()
