@@ -2,12 +2,18 @@
 
 Each case's `evidence` (the text its reporter posted) goes to `triage analyze - --json`
 on stdin, as a user would paste it; the top hypothesis is right when its cause ID is the
-case's `cause` or one of its `accept` IDs. Prints each case and the accuracy, top-1 and
-top-2. The cases live outside the project (`../shared/cases` next to the checkout) and
-are read in place, never copied; without them the run skips and exits 0. It exits
-non-zero only when triage crashes on a case.
+case's `cause` or one of its `accept` IDs, and its category is right when its family is.
 
-    python bench/eval_cases.py [--cases PATH] [--json] [--verbose] [--jobs N]
+Two sets of cases: the project's corpus (`tests/cases/<category>/<id>.json`), split once
+at random into `dev` (rules may be written from it) and `check` (scored only, never read
+while writing rules), and the design's development cases (`../shared/cases/dev.json` next
+to the checkout, read in place, never copied; `shared`). Prints, per split, a table per
+category (cases, cause right, category right, top-2 right, no hypothesis) and a
+calibration table (confidence bucket, cases, share right); each case's line only for the
+splits rules may be written from. Exits non-zero only when triage crashes on a case.
+
+    python bench/eval_cases.py [--split dev|check|shared|all] [--cases PATH] [--json]
+                               [--verbose] [--jobs N]
 """
 
 from __future__ import annotations
@@ -17,13 +23,19 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_CASES = REPO.parent / "shared" / "cases" / "dev.json"
+CORPUS = REPO / "tests" / "cases"
+SHARED = REPO.parent / "shared" / "cases" / "dev.json"
+CATEGORIES = ("hang", "comm", "oom", "wrong", "config")
+#: Splits whose cases may be read one by one; `check` is only ever summed up.
+READABLE = ("dev", "shared")
+BUCKETS = ((0.8, 1.01), (0.5, 0.8), (0.3, 0.5), (0.0, 0.3))
 
 
 @dataclass
@@ -31,10 +43,14 @@ class Result:
     """One case scored: what was expected, what triage said, and whether that is right."""
 
     id: str
+    split: str
+    category: str
     expected: str
     accept: list[str]
     got: str | None
+    confidence: float | None
     ok: bool
+    category_ok: bool
     top2_ok: bool
     top2: list[dict[str, Any]]
     exit_code: int
@@ -42,14 +58,23 @@ class Result:
     report: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
-def load_cases(path: Path) -> list[dict[str, Any]]:
-    """A cases file, or every `*.json` cases file in a folder."""
-    files = sorted(path.glob("*.json")) if path.is_dir() else [path]
+def load_cases(path: Path, split: str | None = None) -> list[dict[str, Any]]:
+    """A cases file (a JSON list), a case file (one object), or a folder of either, searched
+    recursively; `split` labels cases that carry none."""
+    files = sorted(path.rglob("*.json")) if path.is_dir() else [path]
     cases: list[dict[str, Any]] = []
     for file in files:
         payload = json.loads(file.read_text())
-        cases += payload if isinstance(payload, list) else payload.get("cases", [])
-    return [c for c in cases if isinstance(c, dict) and c.get("evidence") and c.get("cause")]
+        found = payload if isinstance(payload, list) else [payload]
+        cases += [c for c in found if isinstance(c, dict)]
+    for case in cases:
+        case.setdefault("split", split or "dev")
+        case["category"] = family(case.get("cause"))  # `comm_error` and `comm` alike
+    return [c for c in cases if c.get("evidence") and c.get("cause")]
+
+
+def family(cause: str | None) -> str:
+    return (cause or "").split(".")[0]
 
 
 def run_case(triage: str, case: dict[str, Any]) -> Result:
@@ -62,21 +87,14 @@ def run_case(triage: str, case: dict[str, Any]) -> Result:
         check=False,
     )
     right = {case["cause"], *case.get("accept", [])}
+    scored = {"id": case["id"], "split": case["split"], "category": case["category"]}
+    scored |= {"expected": case["cause"], "accept": case.get("accept", [])}
     try:
         report = json.loads(done.stdout)
     except ValueError:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return Result(
-            case["id"],
-            case["cause"],
-            case.get("accept", []),
-            None,
-            False,
-            False,
-            [],
-            done.returncode,
-            error=last,
-        )
+        return Result(**scored, got=None, confidence=None, ok=False, category_ok=False,
+                      top2_ok=False, top2=[], exit_code=done.returncode, error=last)  # fmt: skip
     hypotheses = report.get("hypotheses", [])
     top2 = [
         {"cause_id": h["cause_id"], "confidence": h["confidence"], "ranks": h.get("ranks", [])}
@@ -84,11 +102,11 @@ def run_case(triage: str, case: dict[str, Any]) -> Result:
     ]
     got = top2[0]["cause_id"] if top2 else None
     return Result(
-        id=case["id"],
-        expected=case["cause"],
-        accept=case.get("accept", []),
+        **scored,
         got=got,
+        confidence=top2[0]["confidence"] if top2 else None,
         ok=got in right,
+        category_ok=family(got) in {family(c) for c in right},
         top2_ok=any(h["cause_id"] in right for h in top2),
         top2=top2,
         exit_code=done.returncode,
@@ -112,57 +130,103 @@ def describe_miss(result: Result) -> str:
     return "\n".join(lines)
 
 
+def _share(part: int, whole: int) -> str:
+    return f"{part / whole:4.0%} ({part}/{whole})" if whole else "   -"
+
+
+def category_table(results: list[Result]) -> list[str]:
+    """Per category: cases, cause right, category right, top-2 right, no hypothesis."""
+    head = f"{'category':<9} {'cases':>5}  {'cause right':<15} {'category right':<15} {'top-2 right':<15} no hypothesis"
+    lines = [head]
+    for name in (*CATEGORIES, "all"):
+        rows = results if name == "all" else [r for r in results if r.category == name]
+        if not rows:
+            continue
+        n = len(rows)
+        lines.append(
+            f"{name:<9} {n:>5}  {_share(sum(r.ok for r in rows), n):<15}"
+            f" {_share(sum(r.category_ok for r in rows), n):<15}"
+            f" {_share(sum(r.top2_ok for r in rows), n):<15} {sum(r.got is None for r in rows)}"
+        )
+    return lines
+
+
+def calibration_table(results: Iterable[Result]) -> list[str]:
+    """Per confidence bucket of the top hypothesis: how many, and how many were right."""
+    scored = [r for r in results if r.confidence is not None]
+    lines = [f"{'confidence':<11} {'cases':>5}  right"]
+    for low, high in BUCKETS:
+        rows = [r for r in scored if low <= (r.confidence or 0.0) < high]
+        label = f">= {low:.1f}" if high > 1 else f"{low:.1f}-{high:.1f}"
+        lines.append(f"{label:<11} {len(rows):>5}  {_share(sum(r.ok for r in rows), len(rows))}")
+    return lines
+
+
+def gather(split: str, path: Path | None) -> list[dict[str, Any]]:
+    if path is not None:
+        return load_cases(path)
+    cases: list[dict[str, Any]] = []
+    if split in ("dev", "check", "all") and CORPUS.is_dir():
+        cases += [c for c in load_cases(CORPUS) if split == "all" or c["split"] == split]
+    if split in ("shared", "all") and SHARED.exists():
+        cases += load_cases(SHARED, "shared")
+    return cases
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--cases", type=Path, help=f"Cases file or folder (default {DEFAULT_CASES})."
-    )
+    parser.add_argument("--split", choices=("dev", "check", "shared", "all"), default="all")
+    parser.add_argument("--cases", type=Path, help="Another cases file or folder.")
     parser.add_argument("--json", action="store_true", help="Machine-readable results.")
     parser.add_argument("--verbose", action="store_true", help="Show the report of each miss.")
     parser.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1))
     args = parser.parse_args()
-    path = args.cases or DEFAULT_CASES
-    if not path.exists():
-        if args.cases:
-            print(f"eval_cases: no such cases file or folder: {path}", file=sys.stderr)
-            return 2
-        print(f"eval_cases: skipped, no cases at {path}")
+    if args.cases is not None and not args.cases.exists():
+        print(f"eval_cases: no such cases file or folder: {args.cases}", file=sys.stderr)
+        return 2
+    cases = gather(args.split, args.cases)
+    if not cases:
+        print(f"eval_cases: skipped, no cases for split {args.split}")
         return 0
-    cases = load_cases(path)
     triage = str(Path(sys.executable).parent / "triage")
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         results = list(pool.map(lambda case: run_case(triage, case), cases))
-    total = len(results) or 1
-    accuracy = sum(r.ok for r in results) / total
-    top2_accuracy = sum(r.top2_ok for r in results) / total
+    splits = sorted(
+        {r.split for r in results},
+        key=lambda s: ("dev", "check", "shared").index(s) if s in ("dev", "check", "shared") else 9,
+    )
     crashed = [r for r in results if r.error]
     if args.json:
-        rows = [{k: v for k, v in asdict(r).items() if k != "report"} for r in results]
-        payload = {
-            "cases_file": str(path),
-            "n": len(results),
-            "accuracy": accuracy,
-            "top2_accuracy": top2_accuracy,
-            "cases": rows,
-        }
-        print(json.dumps(payload, indent=2))
+        rows = [
+            {k: v for k, v in asdict(r).items() if k != "report"}
+            for r in results
+            if r.split in READABLE or args.cases
+        ]
+        print(json.dumps({"n": len(results), "cases": rows}, indent=2))
     else:
-        width = max((len(r.id) for r in results), default=2)
-        print(f"{'id':<{width}}  {'expected':<28} {'got':<28} ok  top-2")
-        for r in results:
-            top2 = ", ".join(f"{h['cause_id']} {h['confidence']:.2f}" for h in r.top2) or "-"
-            mark = "yes" if r.ok else "no "
-            print(f"{r.id:<{width}}  {r.expected:<28} {r.got or '-':<28} {mark} {top2}")
-        print(f"\n{len(results)} cases from {path}")
-        print(f"accuracy (top-1)   {accuracy:.0%}  ({sum(r.ok for r in results)}/{len(results)})")
-        print(
-            f"accuracy (top-2)   {top2_accuracy:.0%}  ({sum(r.top2_ok for r in results)}/{len(results)})"
-        )
+        for split in splits:
+            rows = [r for r in results if r.split == split]
+            if split in READABLE or args.cases:
+                width = max(len(r.id) for r in rows)
+                print(f"{'id':<{width}}  {'expected':<28} {'got':<28} ok  top-2")
+                for r in rows:
+                    top2 = ", ".join(f"{h['cause_id']} {h['confidence']:.2f}" for h in r.top2)
+                    mark = "yes" if r.ok else "no "
+                    print(
+                        f"{r.id:<{width}}  {r.expected:<28} {r.got or '-':<28} {mark} {top2 or '-'}"
+                    )
+                print()
+            print(f"split {split}: {len(rows)} cases")
+            print("\n".join(category_table(rows)))
+            print("\n".join(calibration_table(rows)) + "\n")
+        if len(splits) > 1:
+            print("all splits: calibration")
+            print("\n".join(calibration_table(results)))
         if crashed:
-            print(f"triage crashed on {len(crashed)}: {', '.join(r.id for r in crashed)}")
+            print(f"triage crashed on {len(crashed)} cases")
     if args.verbose:
         for r in results:
-            if not r.ok:
+            if not r.ok and (r.split in READABLE or args.cases):
                 print(describe_miss(r), file=sys.stderr if args.json else sys.stdout)
     return 1 if crashed else 0
 

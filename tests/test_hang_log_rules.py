@@ -811,7 +811,9 @@ def test_pasted_py_spy_dumps_of_two_ranks_reach_the_stack_rules(tmp_path: Path) 
     )
     mismatch = found["hang.mismatched_collective"]
     assert mismatch.rule_id == "stacks.mismatched_collective"
-    assert mismatch.ranks == [0]
+    # one rank on each side and no source to read: say so instead of picking a side
+    assert mismatch.ranks == [0, 1] and mismatch.confidence < 0.8
+    assert "no majority" in mismatch.title
     assert mismatch.location is not None and mismatch.location.line == 53
 
 

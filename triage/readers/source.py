@@ -83,6 +83,36 @@ def innermost_function(path: str, line: int) -> Block | None:
     return _block(path, nodes[0]) if nodes else None
 
 
+def enclosing_loops(path: str, line: int) -> list[Block]:
+    """The for/while loops around `line` in its function, innermost first."""
+    function = innermost_function(path, line)
+    return [
+        _block(path, node)
+        for node in _enclosing(path, line, (ast.For, ast.AsyncFor, ast.While))
+        if function is None or function.start <= node.lineno <= function.end
+    ]
+
+
+def condition(path: str, line: int, within: Block | None = None) -> Block | None:
+    """The innermost `if` around `line` (inside `within` when given), whatever its test:
+    a collective under it runs on the ranks where the test holds, rank- or data-dependent."""
+    parsed = _module(path)
+    if parsed is None:
+        return None
+    for node in _enclosing(path, line, (ast.If,)):
+        assert isinstance(node, ast.If)
+        if within is not None and not within.start <= node.lineno <= within.end:
+            continue
+        test = ast.get_source_segment(parsed[1], node.test) or ""
+        return Block(node.lineno, node.end_lineno or node.lineno, f"if {test}:")
+    return None
+
+
+def is_rank_dependent(block: Block) -> bool:
+    """Whether an `if` block's test names the rank (or the main process)."""
+    return bool(_RANKISH.search(block.text))
+
+
 def rank_condition(path: str, line: int) -> Block | None:
     """The innermost `if` around `line` whose test depends on the rank, if any."""
     parsed = _module(path)

@@ -7,7 +7,14 @@ from dataclasses import dataclass, field
 from triage.grouping import state_groups
 from triage.models import Location
 from triage.observations import Frame, MissingRank, RankActivity, RankProcess, RankState
-from triage.readers.source import Block, innermost_loop, rank_condition, source_available
+from triage.readers.source import (
+    Block,
+    condition,
+    enclosing_loops,
+    innermost_loop,
+    rank_condition,
+    source_available,
+)
 from triage.registry import EvidenceSet
 from triage.text import format_ranks
 
@@ -112,9 +119,11 @@ def split_point(a: RankState, b: RankState) -> tuple[int, Frame, Frame] | None:
 def past_the_loop(ahead: RankState, behind: RankState) -> bool | None:
     """Did `ahead` leave a loop that `behind` is still in? None when the source is unreadable.
 
-    Where the call paths part inside one function, `ahead` is past the loop when it
-    stands later in that function, outside the loop that still holds `behind` there or
-    deeper, and not under a rank-dependent branch (that is a conditional collective).
+    Where the call paths part inside one function, `ahead` is past the loop when it stands
+    later in that function, outside the loop that still holds `behind` there or deeper. It
+    is not when either line sits under a rank-dependent branch, or when `ahead` is still in
+    an outer loop they share, under an `if` of its own: those are conditional collectives
+    (a rank skipped one, or only ranks whose own data said so entered one).
     """
     split = split_point(ahead, behind)
     if split is None:
@@ -122,28 +131,39 @@ def past_the_loop(ahead: RankState, behind: RankState) -> bool | None:
     depth, a, b = split
     if a.line is None or b.line is None or not source_available(a.file):
         return None
-    if a.line < b.line or rank_condition(a.file, a.line):
+    if a.line < b.line or rank_condition(a.file, a.line) or rank_condition(b.file, b.line):
         return False
-    loop = innermost_loop(b.file, b.line)
-    if loop is not None:
-        return not loop.start <= a.line <= loop.end
+    loops = enclosing_loops(b.file, b.line)
+    if loops:
+        shared = [loop for loop in loops if loop.start <= a.line <= loop.end]
+        if len(shared) == len(loops):
+            return False
+        return not (shared and condition(a.file, a.line, within=shared[0]))
     deeper = behind.call_path[depth + 1 :]
     return any(f.line is not None and innermost_loop(f.file, f.line) for f in deeper)
 
 
 def branch_of(group: StateGroup, others: list[StateGroup]) -> tuple[Block, Frame] | None:
-    """The rank-dependent `if` that sent this group where it is: at its own line, or where
-    its call path parts from another group's."""
+    """The `if` that sent this group where it is, at its own line or where its call path
+    parts from another group's: a rank-dependent one first, else one inside a loop (a
+    data-dependent decision each rank takes on its own)."""
     candidates = [group.first.user_frame] if group.first.user_frame else []
     for other in others:
         split = split_point(group.first, other.first)
         if split is not None:
             candidates.append(split[1])
-    for frame in candidates:
-        if frame.line is not None:
-            block = rank_condition(frame.file, frame.line)
-            if block is not None:
-                return block, frame
+    framed = [f for f in candidates if f.line is not None]
+    for frame in framed:
+        assert frame.line is not None
+        block = rank_condition(frame.file, frame.line)
+        if block is not None:
+            return block, frame
+    for frame in framed:
+        assert frame.line is not None
+        loop = innermost_loop(frame.file, frame.line)
+        block = condition(frame.file, frame.line, within=loop) if loop else None
+        if block is not None:
+            return block, frame
     return None
 
 

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.observations import RankActivity
+from triage.readers.source import is_rank_dependent
 from triage.registry import EvidenceSet, rule
 from triage.rules.stacks._hang_view import (
     StateGroup,
@@ -70,22 +71,51 @@ def mismatched_collective(evidence: EvidenceSet) -> Iterator[Finding]:
         else "different collectives"
     )
     others_text = "; ".join(f"{g.label} in {g.where()}" for g in rest[:3])
+    even = all(len(g.states) == len(culprit.states) for g in rest)
+    if branch is None and even:
+        sides = " and ".join(g.label for g in blocked[:3])
+        yield Finding(
+            title=f"ranks split evenly between collectives ({sides}): no majority shows the odd side",
+            summary=f"Ranks block in {how}: {culprit.label} in {culprit.where()}, while"
+            f" {others_text}. As many ranks stand on each side, so the stacks do not tell which"
+            " side skipped or added a collective.",
+            ranks=sorted(r for g in blocked for r in g.ranks),
+            location=culprit.location,
+            other_locations=[g.location for g in rest if g.location],
+            confidence=round(0.6 * coverage_factor(view), 3),
+            evidence=[e for g in blocked for e in g.evidence[:3]],
+            fix="Every rank must issue the same collectives in the same order: find the branch"
+            " or early exit that leads to one of these lines on some ranks only.",
+            confirm="TORCH_DISTRIBUTED_DEBUG=DETAIL names each rank's collective at the"
+            " mismatch; Flight Recorder dumps show which side is a collective ahead",
+        )
+        return
     because, fix_branch = "", "hoist the collective out of any rank-dependent branch"
+    location, confidence = culprit.location, 0.8
     if branch:
         block, frame = branch
         because = f" {frame.file}:{frame.line} sits under `{block.text}` (line {block.start})."
-        fix_branch = (
-            f"`{block.text}` at {frame.file}:{block.start} decides per rank which collective runs: "
-            "move the collective out of it, or make the condition the same on every rank"
-        )
-    confidence = (0.92 if branch else 0.8) * coverage_factor(view)
+        location = frame.location()
+        if is_rank_dependent(block):
+            confidence = 0.92
+            fix_branch = (
+                f"`{block.text}` at {frame.file}:{block.start} decides per rank which collective"
+                " runs: move the collective out of it, or make the condition the same on every rank"
+            )
+        else:
+            confidence = 0.85
+            fix_branch = (
+                f"`{block.text}` at {frame.file}:{block.start} is decided by each rank on its own"
+                " data, so ranks take different paths: decide on a value every rank agrees on"
+                " (all_reduce it first) or run the collective on every rank"
+            )
     yield Finding(
         title=f"{culprit.label} {'blocks' if len(culprit.states) == 1 else 'block'} in a different collective than the other ranks",
         summary=f"Ranks block in {how}: {culprit.label} in {culprit.where()}, while {others_text}.{because}",
         ranks=culprit.ranks,
-        location=culprit.location,
-        other_locations=[g.location for g in rest if g.location],
-        confidence=round(confidence, 3),
+        location=location,
+        other_locations=[g.location for g in blocked if g.location and g.location != location],
+        confidence=round(confidence * coverage_factor(view), 3),
         evidence=[e for g in blocked for e in g.evidence[:3]],
         fix=f"Every rank must issue the same collectives in the same order: {fix_branch}.",
     )
