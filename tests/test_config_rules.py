@@ -693,7 +693,7 @@ def test_without_debug_names_the_indices_and_asks_for_names(tmp_path: Path) -> N
 def test_reentrant_checkpoint_marks_ready_twice(tmp_path: Path) -> None:
     text = "".join(f"[rank{r}]: {line}\n" for r in (0, 1) for line in READY_TWICE)
     verdict = top(analyze_files(tmp_path, {"console.log": text}))
-    assert verdict.cause_id == "wrong.unused_parameters"
+    assert verdict.cause_id == "config.ddp_reducer"  # the reducer, not an unused parameter
     assert "layer.bias" in verdict.summary and "use_reentrant=False" in verdict.fix
 
 

@@ -157,7 +157,14 @@ def hand_over(report: Report, by_symptom: dict[str, Playbook]) -> Report:
 
 
 def rank(findings: list[Finding]) -> list[Finding]:
-    """Best first; one hypothesis per cause, the most confident one."""
+    """Best first; one hypothesis per cause, the most confident one. A family's `unknown`
+    (its failure is visible, its cause is not) gives way to any cause of that family."""
+    named = {symptom_of(f.cause_id) for f in findings if not f.cause_id.endswith(".unknown")}
+    findings = [
+        f
+        for f in findings
+        if not (f.cause_id.endswith(".unknown") and symptom_of(f.cause_id) in named)
+    ]
     best: dict[str, Finding] = {}
     for finding in findings:
         kept = best.get(finding.cause_id)

@@ -4,7 +4,9 @@
 ranks and the code location it must report, the evidence to read (`inputs`: files or
 folders, relative to the case folder or to the checkout when they start with `tests/`),
 optional recorded Evidence items (`evidence`: a JSON list, for live sources such as
-py-spy stacks and a rank's environment), and where that evidence came from (`origin`).
+py-spy stacks and a rank's environment), a case of the evaluation corpus whose machine
+output to read (`case`: a `tests/cases/...json` path, of the `dev` split only: `check`
+cases are never used to write or test rules), and where that evidence came from (`origin`).
 The evidence is gathered by the intake playbook's tools, as `triage analyze` does, and
 every registered rule runs on it; the named rule must be among those that fire.
 """
@@ -44,10 +46,15 @@ def _resolve(case: Path, name: str) -> str:
     return str(REPO / name if name.startswith("tests/") else case / name)
 
 
-def fire(case: Path) -> tuple[dict[str, Any], list[Finding]]:
+def fire(case: Path, scratch: Path) -> tuple[dict[str, Any], list[Finding]]:
     """Gather the case's evidence and run every rule on it; the named rule's findings."""
     expected = json.loads((case / "expected.json").read_text())
     targets = {"paths": [_resolve(case, name) for name in expected.get("inputs", [])]}
+    if expected.get("case"):
+        public = json.loads((REPO / expected["case"]).read_text())
+        assert public["split"] == "dev", "check cases are never used to write or test rules"
+        (scratch / "evidence.log").write_text(public["evidence"] + "\n")
+        targets["paths"].append(str(scratch / "evidence.log"))
     evidence = gather(get_playbook("analyze"), targets).evidence if targets["paths"] else []
     if expected.get("evidence"):
         recorded = json.loads(Path(_resolve(case, expected["evidence"])).read_text())
@@ -67,8 +74,8 @@ def test_every_rule_has_a_fixture() -> None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
-def test_rule_fires_on_its_fixture(case: Path) -> None:
-    expected, found = fire(case)
+def test_rule_fires_on_its_fixture(case: Path, tmp_path: Path) -> None:
+    expected, found = fire(case, tmp_path)
     assert case.relative_to(HERE).parts[0] == expected["rule_id"], "folder is the rule ID"
     assert expected["rule_id"] in RULES, "no such rule"
     assert expected.get("origin"), "say where the evidence came from"

@@ -66,3 +66,10 @@ signature(
     anchors=") received by PID",
     summary="a worker process was killed by a signal",
 )
+
+signature(
+    "spawn.process_signal",
+    r"process (?P<spawn_index>\d+) terminated with signal (?:Signals\.)?(?P<signal>SIG[A-Z]+)",
+    anchors="terminated with signal",
+    summary="torch.multiprocessing.spawn: a worker process was killed by a signal",
+)

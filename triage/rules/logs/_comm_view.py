@@ -190,11 +190,12 @@ class CommView:
         ]
 
     def other_failures(self) -> list[Signal]:
-        """Failure signals of other families (config, memory, DDP, ...), launcher reports aside."""
+        """Failure signals of other families (config, memory, DDP, ...), launcher reports and
+        generic markers (which name no cause) aside."""
         return [
             (e, s)
             for e, s in self.failure_signals()
-            if not s.signature.startswith((*_COMM_FAMILIES, "elastic."))
+            if not s.signature.startswith((*_COMM_FAMILIES, "elastic.", "generic."))
         ]
 
     def comm_failures(self) -> list[Signal | Traceback]:

@@ -12,7 +12,7 @@ from triage.rules.logs._signals import ranks_of
 from triage.text import format_ranks
 
 _COMM_ERROR = re.compile(r"NCCL error|NCCL Error|nccl\w*Error|[Gg]loo|ProcessGroupNCCL")
-_GENERIC = ("nccl.error",)
+_GENERIC = ("nccl.error", "generic.comm_failure")
 
 
 @rule("logs.comm_unknown", "comm.unknown")

@@ -93,7 +93,7 @@ def ddp_reducer(evidence: EvidenceSet) -> Iterator[Finding]:
     elif twice:
         what = "DDP marked a parameter ready twice in one backward"
         detail = _named(twice)
-        confidence, fix, items = 0.8, _FIX_TWICE, twice
+        confidence, fix, items = 0.85, _FIX_TWICE, twice
     else:
         what = "the used parameters changed between iterations under DDP static_graph=True"
         detail = ""

@@ -11,18 +11,12 @@ from triage.rules.logs._comm_view import comm_view
 from triage.rules.logs._signals import ids, ranks_of, signals
 from triage.text import format_ranks
 
-_TEXT = re.compile(r"finished reduction|ready only once|ready twice|graph has changed")
+_TEXT = re.compile(r"finished reduction|not used in producing the loss|graph has changed")
 _FIX_UNUSED = (
     "Make every parameter take part in the loss on every rank and iteration (return all "
     "outputs of forward, do not skip branches per rank), or construct DDP with "
     "find_unused_parameters=True (slower); freeze parameters that are never trained "
     "(requires_grad=False) before wrapping."
-)
-_FIX_TWICE = (
-    "A parameter's gradient hook fired twice in one backward: with reentrant activation "
-    "checkpointing use torch.utils.checkpoint(..., use_reentrant=False), do not wrap the same "
-    "module in two checkpoints, and do not use parameters outside forward; DDP(static_graph=True) "
-    "is the workaround when the graph does not change."
 )
 _FIX_STATIC = (
     "static_graph=True requires the same parameters to be used every iteration: drop "
@@ -33,23 +27,22 @@ _FIX_STATIC = (
 
 @rule("logs.unused_parameters", "wrong.unused_parameters")
 def unused_parameters(evidence: EvidenceSet) -> Iterator[Finding]:
-    """DDP failed because parameters got no gradient, or got one twice, in an iteration.
+    """DDP failed because parameters got no gradient in an iteration.
 
     What it detects:
     DDP's `Expected to have finished reduction in the prior iteration before starting a
     new one` (with its static_graph variant `your training graph has changed`), with the
     `Parameters which did not receive grad for rank N: a, b` and `Parameter indices which
     did not receive grad for rank N: 2 3` lines that name the culprits; Lightning's
-    `LightningModule has parameters that were not used in producing the loss`; `Expected to
-    mark a variable ready only once` and `Parameter at index N with name X has been marked
-    as ready twice` (reentrant checkpointing or shared parameters).
+    `LightningModule has parameters that were not used in producing the loss`. A parameter
+    marked ready twice, or a static graph that changed, with no unfinished reduction, is
+    config.ddp_reducer (logs.ddp_reducer).
 
     Why it happens:
     DDP all-reduces gradients in buckets as they become ready; a parameter that did not
     contribute to the loss on a rank (an unused head, a branch skipped on this rank or
     this batch, outputs dropped before the loss) never becomes ready, so the reduction of
-    its bucket never finishes. Reentrant checkpointing runs backward twice over the same
-    parameters, firing their hooks twice.
+    its bucket never finishes.
 
     Evidence:
     The reducer error on each rank, the parameter names/indices per rank, the user line of
@@ -57,7 +50,7 @@ def unused_parameters(evidence: EvidenceSet) -> Iterator[Finding]:
 
     Fix:
     Use every parameter in the loss on every rank, or find_unused_parameters=True; freeze
-    unused parameters; non-reentrant checkpointing for the 'ready twice' error.
+    unused parameters.
 
     Known false positives:
     None known: the reducer messages are specific to DDP.
@@ -71,7 +64,7 @@ def unused_parameters(evidence: EvidenceSet) -> Iterator[Finding]:
     changed = signals(evidence, "ddp.graph_changed")
     names = signals(evidence, "ddp.unused_parameter_names")
     indices = signals(evidence, "ddp.unused_parameter_indices")
-    if not (reduction or twice or changed):
+    if not reduction:  # "ready twice" and a changed static graph alone are config.ddp_reducer's
         return
     per_rank: dict[int | None, list[str]] = {}
     for _, s in names:
@@ -80,26 +73,15 @@ def unused_parameters(evidence: EvidenceSet) -> Iterator[Finding]:
     if not per_rank:
         for _, s in indices:
             per_rank.setdefault(s.rank, [f"#{i}" for i in s.fields.get("indices", [])])
-    twice_names = sorted(
-        {str(s.fields["parameter"]) for _, s in twice if s.fields.get("parameter")}
-    )
     static = bool(changed) or any(s.fields.get("graph_changed") for _, s in reduction)
-    if twice and not reduction:
-        what = "DDP marked a parameter ready twice in one backward"
-        fix = _FIX_TWICE
-        detail = (
-            f" Parameter {', '.join(twice_names)} got its gradient twice." if twice_names else ""
-        )
-        items = twice
-    else:
-        what = (
-            "the used parameters changed between iterations under static_graph=True"
-            if static
-            else "DDP parameters got no gradient in the last iteration"
-        )
-        fix = _FIX_STATIC if static else _FIX_UNUSED
-        detail = _describe(per_rank)
-        items = reduction + changed
+    what = (
+        "the used parameters changed between iterations under static_graph=True"
+        if static
+        else "DDP parameters got no gradient in the last iteration"
+    )
+    fix = _FIX_STATIC if static else _FIX_UNUSED
+    detail = _describe(per_rank)
+    items = reduction + changed
     ranks = sorted(r for r in per_rank if r is not None) or ranks_of(s for _, s in items)
     every = items + names + indices + twice
     yield Finding(
@@ -107,7 +89,7 @@ def unused_parameters(evidence: EvidenceSet) -> Iterator[Finding]:
         summary=f"{what}.{detail}",
         ranks=ranks,
         location=comm_view(evidence).location(ranks, _TEXT),
-        confidence=0.9 if reduction or changed else 0.85,
+        confidence=0.9,
         evidence=ids(every)[:12],
         fix=fix,
         confirm="TORCH_DISTRIBUTED_DEBUG=INFO names the parameters that did not receive grad, "

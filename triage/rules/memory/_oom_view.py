@@ -277,7 +277,11 @@ def _host_events(evidence: EvidenceSet) -> list[HostEvent]:
             HostEvent(sig.signature, sig.rank, _HOST_STRENGTH[sig.signature], sig.text, ev.id)
         )
     for ev, sig in signals(
-        evidence, "elastic.worker_failed", "elastic.child_failed", "elastic.process_signal"
+        evidence,
+        "elastic.worker_failed",
+        "elastic.child_failed",
+        "elastic.process_signal",
+        "spawn.process_signal",
     ):
         if _killed(sig):
             out.append(HostEvent(sig.signature, sig.rank, 0.6, sig.text, ev.id))

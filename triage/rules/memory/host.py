@@ -28,6 +28,7 @@ _KILLS = frozenset(
         "elastic.worker_failed",
         "elastic.child_failed",
         "elastic.process_signal",
+        "spawn.process_signal",
     }
 )
 _WEAK = _KILLS | {"memory.dataloader_exited"}
@@ -51,7 +52,8 @@ def host(evidence: EvidenceSet) -> Iterator[Finding]:
 
     Evidence:
     `memory.*` host signatures and the launcher's worker failures with SIGKILL
-    (elastic.worker_failed / child_failed / process_signal).
+    (elastic.worker_failed / child_failed / process_signal), or mp.spawn's
+    `process N terminated with signal SIGKILL` (spawn.process_signal).
 
     Fix:
     Fewer workers or less prefetch, memory-mapped or sharded data, mmap'd checkpoint loading,
