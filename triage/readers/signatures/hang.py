@@ -170,26 +170,34 @@ def _partial(own: dict[str, Any], other: dict[str, Any]) -> bool:
     return True
 
 
+_PEER_PART = re.compile(r", but Rank (?P<peer>\d+) is running collective: CollectiveFingerPrint\(")
+_ASPECTS = re.compile(r"Collectives differ in the following aspects: ?(?P<aspects>.*)$")
+
+
 def _mismatch(found: re.Match[str]) -> dict[str, Any]:
-    # Groups: 1 rank, 2 its fingerprint, 3 peer, 4 the peer's fingerprint, 5 aspects.
-    own = parse_fingerprint(found.group(2))
+    """Fingerprints hold nested parentheses (`TensorOptions(dtype=float (default), ...)`),
+    so the rest of the line is split at the peer's part and the aspects, not matched whole."""
+    rest = found.group(2)
+    aspects = _ASPECTS.search(rest)
+    if aspects:
+        rest = rest[: aspects.start()]
+    peer = _PEER_PART.search(rest)
+    own = parse_fingerprint(rest[: peer.start()] if peer else rest)
     fields: dict[str, Any] = own | {"rank": int(found["rank"])}
-    if found["peer"] is not None:
-        other = parse_fingerprint(found.group(4))
-        fields["peer"] = int(found["peer"])
+    if peer is not None:
+        other = parse_fingerprint(rest[peer.end() :])
+        fields["peer"] = int(peer["peer"])
         fields |= {f"peer_{k}": v for k, v in other.items()}
         fields["peer_partial"] = _partial(own, other)
-    if found["aspects"]:
-        fields["aspects"] = found["aspects"].strip()
+    if aspects and aspects["aspects"].strip():
+        fields["aspects"] = aspects["aspects"].strip()
     return fields
 
 
 signature(
     "hang.fingerprint_mismatch",
     r"Detected mismatch between collectives on ranks\. Rank (?P<rank>\d+) is running "
-    r"(?:inconsistent )?collective: CollectiveFingerPrint\((.*?)\)"
-    r"(?:, but Rank (?P<peer>\d+) is running collective: CollectiveFingerPrint\((.*?)\))?\.?"
-    r"(?:\s*Collectives differ in the following aspects: ?(?P<aspects>.*))?$",
+    r"(?:inconsistent )?collective: CollectiveFingerPrint\((.*)$",
     anchors="Detected mismatch between collectives on ranks",
     summary="TORCH_DISTRIBUTED_DEBUG=DETAIL found ranks entering different collectives (op, sequence or shapes)",
     extract=_mismatch,

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 
-from triage.models import Finding, Location
+from triage.models import Evidence, Finding, Location
+from triage.observations import LogSignal
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._hang_lines import Split, TraceSplit, hang_log, positions_text
 from triage.rules.logs._signals import ids, signals
@@ -129,12 +130,14 @@ def _finding(split: Split, location: Location | None, confidence: float) -> Find
 
 def _from_reports(evidence: EvidenceSet) -> Iterator[Finding]:
     """DETAIL's mismatch errors alone: the rank most reporters name is the odd one."""
+    every = signals(evidence, "hang.fingerprint_mismatch")
     reports = [
         (e, s)
-        for e, s in signals(evidence, "hang.fingerprint_mismatch")
+        for e, s in every
         if "peer" in s.fields and _differs_in_order(s.fields.get("aspects", ""))
     ]
     if not reports:
+        yield from _unpaired(every)
         return
     named = Counter(int(s.fields["peer"]) for _, s in reports)
     reporters = {int(s.fields["rank"]) for _, s in reports}
@@ -163,3 +166,27 @@ def _from_reports(evidence: EvidenceSet) -> Iterator[Finding]:
 def _differs_in_order(aspects: str) -> bool:
     """Shapes alone are hang.shape_mismatch; no aspects means the peer's fingerprint was partial."""
     return not aspects or "Op type" in aspects or "Sequence number" in aspects
+
+
+def _unpaired(reports: list[tuple[Evidence, LogSignal]]) -> Iterator[Finding]:
+    """Older torch's report names only the reporting rank's own fingerprint: the collectives
+    differ across ranks, but not which rank is the odd one."""
+    own = [(e, s) for e, s in reports if "peer" not in s.fields]
+    if not own:
+        return
+    first = own[0][1].fields
+    ops = sorted({str(s.fields["op"]) for _, s in own if s.fields.get("op")})
+    yield Finding(
+        title="TORCH_DISTRIBUTED_DEBUG=DETAIL: the ranks' collectives differ",
+        summary=f"Rank {first['rank']} reports its {first.get('op', 'collective')}"
+        f"{' ' + str(first['shape']) if first.get('shape') else ''} as inconsistent with the"
+        f" other ranks' ({', '.join(ops) or 'ops not shown'}); the report does not say which"
+        " rank is the odd one.",
+        ranks=[],
+        confidence=0.6,
+        evidence=ids(own[:8]),
+        fix="Every rank must issue the same collectives in the same order, with the same"
+        " shapes: compare the user lines of every rank's traceback at this collective and move"
+        " it out of the branch (or the data-dependent size) that differs.",
+        confirm="every rank's report at the same collective: the one whose op or shape differs",
+    )
