@@ -60,3 +60,33 @@ def test_a_checkpoint_collective_under_a_data_dependent_if_is_not_uneven_inputs(
     assert "loss.item() < best" in top["fix"] and "all_reduce it first" in top["fix"]
     assert f"(line {branch})" in top["summary"]
     assert "DistributedSampler" not in json.dumps(report["hypotheses"])
+
+
+def test_flight_recorder_dumps_of_the_skipped_collective_name_the_if(tmp_path: Path) -> None:
+    """The same job's recorders, taken by triage.probe on `--signal-probe`: read alone, they
+    must not blame the barrier's line for a branch it is not in."""
+    env = {"TRIAGE_FR_DIR": str(tmp_path / "fr"), "TRIAGE_DUMP_DIR": str(tmp_path / "probe")}
+    with RankJob(JOBS / "skipped_collective.py", world_size=3, env=env) as job:
+        job.wait_until_stalled(timeout_s=120)
+        done = subprocess.run(
+            triage_cli("hang", "--json", "--signal-probe", *map(str, job.pids)),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        branch = job.marker_line("branch")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["hypotheses"][0]["cause_id"] == "hang.mismatched_collective"
+    assert len(list((tmp_path / "fr").iterdir())) == 3
+    alone = subprocess.run(
+        triage_cli("analyze", "--json", str(tmp_path / "fr")),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    top = json.loads(alone.stdout)["hypotheses"][0]
+    assert top["cause_id"] == "hang.mismatched_collective", top
+    assert top["ranks"] == [2]
+    assert f"skipped_collective.py:{branch}" in top["fix"] and "rank == 2" in top["fix"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
 
 from triage.models import Evidence, ToolStatus
 from triage.registry import Registry, ToolError, ToolOutput
@@ -111,3 +112,41 @@ def test_tool_modules_load_when_a_tool_is_first_needed() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_rule_stamps_its_ids_and_the_schema_still_requires_them() -> None:
+    from triage.models import Finding
+    from triage.registry import RULES, EvidenceSet, rule
+
+    @rule("test.stamped", "hang.unknown")
+    def stamped(evidence: EvidenceSet) -> Iterator[Finding]:
+        """Yields one finding that names neither ID.
+
+        What it detects:
+        Nothing.
+
+        Why it happens:
+        A test.
+
+        Evidence:
+        None.
+
+        Fix:
+        None.
+
+        Known false positives:
+        All.
+
+        References:
+        None.
+        """
+        yield Finding(title="t", summary="s", confidence=0.1)
+
+    try:
+        [finding] = list(RULES["test.stamped"].detect(EvidenceSet([])))
+        assert (finding.rule_id, finding.cause_id) == ("test.stamped", "hang.unknown")
+    finally:
+        RULES.pop("test.stamped")
+    schema = Finding.model_json_schema(mode="serialization")
+    assert {"rule_id", "cause_id"} <= set(schema["required"])
+    assert "default" not in schema["properties"]["rule_id"]

@@ -73,15 +73,17 @@ class ToolResult(Contract):
 
 
 def _ids_required(schema: dict[str, Any]) -> None:
-    """Every published Finding carries both IDs; only a rule may leave them to `@rule`."""
+    """Every published Finding carries both IDs; only a rule may leave them to `@rule`, so
+    the schema shows them required and without a default."""
+    for name in ("rule_id", "cause_id"):
+        schema["properties"][name].pop("default", None)
     schema["required"] = ["rule_id", "cause_id", *schema.get("required", [])]
 
 
 class Finding(Contract):
-    """One ranked root-cause hypothesis; `cause_id` comes from the taxonomy.
+    """One ranked root-cause hypothesis; `cause_id` comes from the taxonomy."""
 
-    A rule's findings get its rule and cause IDs from `@rule`, which stamps them.
-    """
+    # A rule's findings get its rule and cause IDs from `@rule`, which stamps them.
 
     model_config = ConfigDict(json_schema_extra=_ids_required)
 

@@ -15,6 +15,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+import triage.probe  # noqa: F401  (on triage run's signal: a Flight Recorder dump)
+
 STEPS = 6
 
 

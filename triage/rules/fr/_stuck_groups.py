@@ -8,8 +8,10 @@ from pathlib import Path
 from triage.models import Evidence, Location
 from triage.observations import FRSide, FRStuckGroup
 from triage.readers.source import (
+    Block,
+    condition,
+    enclosing_loops,
     innermost_function,
-    innermost_loop,
     rank_condition,
     source_available,
 )
@@ -82,7 +84,9 @@ def left_the_loop(ahead: FRSide, behind: FRSide) -> bool | None:
     Ranks that ran out of data stand after the training loop (a final barrier, a checkpoint
     gather) at the sequence number where the others run the loop's next collective. The
     recorded lines tell it from a conditional collective: in one function, `ahead` lies
-    after `behind`, outside `behind`'s innermost loop, and not under a rank-dependent `if`.
+    after `behind`, outside `behind`'s innermost loop, neither line under a rank-dependent
+    `if` (a collective one rank skipped puts it ahead too), and `ahead` not under an `if` of
+    its own inside an outer loop both still run (a data-dependent collective).
     """
     a, b = location(ahead), location(behind)
     if a is None or b is None or a.line is None or b.line is None or a.file != b.file:
@@ -91,10 +95,13 @@ def left_the_loop(ahead: FRSide, behind: FRSide) -> bool | None:
         return None
     if innermost_function(a.file, a.line) != innermost_function(b.file, b.line):
         return None
-    if a.line <= b.line or rank_condition(a.file, a.line) is not None:
+    if a.line <= b.line or rank_condition(a.file, a.line) or rank_condition(b.file, b.line):
         return False
-    loop = innermost_loop(b.file, b.line)
-    return loop is not None and not loop.start <= a.line <= loop.end
+    loops = enclosing_loops(b.file, b.line)
+    shared = [loop for loop in loops if loop.start <= a.line <= loop.end]
+    if not loops or len(shared) == len(loops):
+        return False
+    return not (shared and condition(a.file, a.line, within=shared[0]))
 
 
 def apart_by_the_loop(normal: FRSide | None, side: FRSide) -> bool:
@@ -105,6 +112,17 @@ def apart_by_the_loop(normal: FRSide | None, side: FRSide) -> bool:
 def is_barrier(side: FRSide) -> bool:
     """gloo records `barrier`, NCCL since torch 2.6 `all_reduce_barrier`."""
     return side.op is not None and side.op.op.endswith("barrier")
+
+
+def rank_branch(sides: list[FRSide | None]) -> tuple[Block, Location] | None:
+    """The rank-dependent `if` around one of these sides' calls, read from the source."""
+    for side in sides:
+        loc = location(side) if side is not None else None
+        if loc is not None and loc.line is not None:
+            block = rank_condition(loc.file, loc.line)
+            if block is not None:
+                return block, loc
+    return None
 
 
 def _under_rank_condition(side: FRSide) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
@@ -11,6 +12,7 @@ from triage.rules.fr._stuck_groups import (
     coverage,
     is_subgroup,
     location,
+    rank_branch,
     ranks_of,
     split,
     stuck_groups,
@@ -64,6 +66,21 @@ def fr_mismatched_collective(evidence: EvidenceSet) -> Iterator[Finding]:
         ops = " / ".join(sorted({s.op.op for s in culprits if s.op}))
         sides = "; ".join(s.describe() for s in (normal, *culprits) if s)
         confidence = (0.6 if tie else 0.9 if odd else 0.7) * coverage(point)
+        branch = rank_branch([*culprits, normal])
+        if branch is not None:
+            block, loc = branch
+            fix = (
+                f"`{block.text}` at {Path(loc.file).name}:{block.start} decides per rank which"
+                f" collective runs (around the call at line {loc.line}): move the collective out"
+                " of it, or make the condition the same on every rank."
+            )
+        else:
+            fix = (
+                f"Find what sends rank {format_ranks(ranks)} to the {ops or 'odd'}"
+                f" call{where(first)} while the others run another collective (no"
+                " rank-dependent `if` is around either call in the source): an early exit, an"
+                " exception handler, or data-dependent control flow."
+            )
         yield Finding(
             title=f"rank {format_ranks(ranks)} in {ops or 'another collective'} while group "
             f"{point.group} waits in {normal.op.op if normal and normal.op else 'its collective'}",
@@ -75,8 +92,7 @@ def fr_mismatched_collective(evidence: EvidenceSet) -> Iterator[Finding]:
             other_locations=[loc for loc in [location(normal)] if loc],
             confidence=round(confidence, 3),
             evidence=[item.id, *(point.side_evidence_id(s) for s in culprits)][:6],
-            fix="Make every rank call the same collectives in the same order: move the "
-            f"{ops or 'odd'} call{where(first)} out of its rank-dependent branch.",
+            fix=f"Make every rank call the same collectives in the same order. {fix}",
             confirm=f"rank {format_ranks(ranks)}'s recorded op at seq {point.seq} is "
             f"{ops or 'another op'} (see {point.evidence_id()})",
         )
