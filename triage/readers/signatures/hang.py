@@ -256,3 +256,14 @@ signature(
     summary="NCCL_DEBUG_SUBSYS=COLL: a collective this rank enqueued, with its per-communicator opCount",
     extract=_coll,
 )
+
+
+signature(
+    "hang.unique_id_timeout",
+    r"\[(?P<rank>\d+)\] is setting up NCCL communicator and retrieving ncclUniqueId from "
+    r"\[(?P<root>\d+)\] via c10d key-value store by key '(?P<key>[^']*)',? but "
+    r"store->get\('[^']*'\) got error: (?P<error>.+)",
+    anchors="retrieving ncclUniqueId from",
+    summary="a rank waited for the NCCL unique ID that the group's root rank never published",
+    extract=lambda found: {"rank": int(found["rank"]), "root": int(found["root"])},
+)
