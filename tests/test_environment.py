@@ -464,3 +464,10 @@ def test_healthy_job_has_no_environment_findings() -> None:
     env_rules = [rule_id for rule_id in RULES if rule_id.startswith("env.")]
     assert len(env_rules) >= 9
     assert [f for rule_id in env_rules for f in run_rules(evidence, rule_id)] == []
+
+
+def test_nccl_version_of_pips_wheel_is_the_version_alone() -> None:
+    from triage.readers.host_facts import wheel_version
+
+    assert wheel_version("nvidia_nccl_cu13-2.30.7.dist-info") == "2.30.7"
+    assert wheel_version("nvidia_nccl_cu12-2.21.5.dist-info") == "2.21.5"

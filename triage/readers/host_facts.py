@@ -147,8 +147,14 @@ def _versions(maps_text: str, root: str) -> tuple[str | None, str | None]:
             nccl_version = numbered.group(1)
         elif len(path.parents) > 3:  # pip's nvidia-nccl wheel: site-packages/nvidia/nccl/lib
             for info in sorted(path.parents[3].glob("nvidia_nccl_cu*-*.dist-info")):
-                nccl_version = info.name.split("-")[1].removesuffix(".dist-info")
+                nccl_version = wheel_version(info.name)
     return torch_version, nccl_version
+
+
+def wheel_version(dist_info: str) -> str:
+    """`nvidia_nccl_cu13-2.30.7.dist-info` -> `2.30.7` (the hyphen in `dist-info` is not a
+    field separator)."""
+    return dist_info.removesuffix(".dist-info").split("-", 1)[-1]
 
 
 def _shm(root: str) -> tuple[int | None, int | None]:
