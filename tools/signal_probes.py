@@ -26,7 +26,7 @@ def signal_probes(
     """
     request = request_snapshots(pids, wait_s)
     dumps = request.dumps()
-    context = {"paths": [*(paths or []), *request.evidence_paths()]}
+    context = {"paths": [*(paths or []), *request.evidence_paths(dumps)]}
     note = request.note()
     if not request.sent:
         return ToolOutput(gaps=request.gaps, context=context, notes=[note], text=note)

@@ -66,10 +66,11 @@ class SnapshotRequest:
         named = {name: flight_recorder_of(Path(name)) for name in self.files}
         return {name: str(dump) for name, dump in named.items() if dump is not None}
 
-    def evidence_paths(self) -> list[str]:
-        """The snapshots and the Flight Recorder dump each one names, for the playbook."""
+    def evidence_paths(self, dumps: Mapping[str, str] | None = None) -> list[str]:
+        """The snapshots and the Flight Recorder dump each one names, for the playbook;
+        `dumps` when the caller read them already (each read parses a snapshot)."""
         paths = []
-        dumps = self.dumps()
+        dumps = self.dumps() if dumps is None else dumps
         for name in self.files:
             paths.append(name)
             if name in dumps and dumps[name] not in paths:

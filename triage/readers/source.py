@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,12 +71,8 @@ def _enclosing(path: str, line: int, kinds: tuple[type[ast.stmt], ...]) -> list[
 
 def innermost_loop(path: str, line: int) -> Block | None:
     """The innermost for/while loop of the function holding `line`."""
-    function = innermost_function(path, line)
-    for node in _enclosing(path, line, (ast.For, ast.AsyncFor, ast.While)):
-        if function and not function.start <= node.lineno <= function.end:
-            continue
-        return _block(path, node)
-    return None
+    loops = enclosing_loops(path, line)
+    return loops[0] if loops else None
 
 
 def innermost_function(path: str, line: int) -> Block | None:
@@ -93,19 +90,26 @@ def enclosing_loops(path: str, line: int) -> list[Block]:
     ]
 
 
+def _conditions(path: str, line: int) -> Iterator[Block]:
+    """The `if` blocks around `line`, innermost first, each with its test as text."""
+    parsed = _module(path)
+    if parsed is None:
+        return
+    for node in _enclosing(path, line, (ast.If,)):
+        assert isinstance(node, ast.If)
+        test = ast.get_source_segment(parsed[1], node.test) or ""
+        yield Block(node.lineno, node.end_lineno or node.lineno, f"if {test}:")
+
+
 def condition(path: str, line: int, within: Block | None = None) -> Block | None:
     """The innermost `if` around `line` (inside `within` when given), whatever its test:
     a collective under it runs on the ranks where the test holds, rank- or data-dependent."""
-    parsed = _module(path)
-    if parsed is None:
-        return None
-    for node in _enclosing(path, line, (ast.If,)):
-        assert isinstance(node, ast.If)
-        if within is not None and not within.start <= node.lineno <= within.end:
-            continue
-        test = ast.get_source_segment(parsed[1], node.test) or ""
-        return Block(node.lineno, node.end_lineno or node.lineno, f"if {test}:")
-    return None
+    inside = (
+        b
+        for b in _conditions(path, line)
+        if within is None or within.start <= b.start <= within.end
+    )
+    return next(inside, None)
 
 
 def is_rank_dependent(block: Block) -> bool:
@@ -115,15 +119,27 @@ def is_rank_dependent(block: Block) -> bool:
 
 def rank_condition(path: str, line: int) -> Block | None:
     """The innermost `if` around `line` whose test depends on the rank, if any."""
-    parsed = _module(path)
-    if parsed is None:
+    return next((b for b in _conditions(path, line) if is_rank_dependent(b)), None)
+
+
+def leaves_loop(path: str, ahead: int, behind: int) -> bool | None:
+    """Whether a rank at line `ahead` left a loop that a rank at `behind` (same function)
+    is still in; None when `behind` is in no loop.
+
+    It did when `ahead` lies later, outside `behind`'s innermost loop. It did not when
+    either line sits under a rank-dependent `if` (a rank skipped a collective), or when
+    `ahead` is still in an outer loop they share, under an `if` of its own inside it (only
+    ranks whose own data said so entered a collective).
+    """
+    if ahead <= behind or rank_condition(path, ahead) or rank_condition(path, behind):
+        return False
+    loops = enclosing_loops(path, behind)
+    if not loops:
         return None
-    for node in _enclosing(path, line, (ast.If,)):
-        assert isinstance(node, ast.If)
-        test = ast.get_source_segment(parsed[1], node.test) or ""
-        if _RANKISH.search(test):
-            return Block(node.lineno, node.end_lineno or node.lineno, f"if {test}:")
-    return None
+    shared = [loop for loop in loops if loop.start <= ahead <= loop.end]
+    if len(shared) == len(loops):
+        return False
+    return not (shared and condition(path, ahead, within=shared[0]))
 
 
 def source_available(path: str) -> bool:

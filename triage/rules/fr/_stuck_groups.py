@@ -9,9 +9,8 @@ from triage.models import Evidence, Location
 from triage.observations import FRSide, FRStuckGroup
 from triage.readers.source import (
     Block,
-    condition,
-    enclosing_loops,
     innermost_function,
+    leaves_loop,
     rank_condition,
     source_available,
 )
@@ -95,13 +94,7 @@ def left_the_loop(ahead: FRSide, behind: FRSide) -> bool | None:
         return None
     if innermost_function(a.file, a.line) != innermost_function(b.file, b.line):
         return None
-    if a.line <= b.line or rank_condition(a.file, a.line) or rank_condition(b.file, b.line):
-        return False
-    loops = enclosing_loops(b.file, b.line)
-    shared = [loop for loop in loops if loop.start <= a.line <= loop.end]
-    if not loops or len(shared) == len(loops):
-        return False
-    return not (shared and condition(a.file, a.line, within=shared[0]))
+    return bool(leaves_loop(a.file, a.line, b.line))
 
 
 def apart_by_the_loop(normal: FRSide | None, side: FRSide) -> bool:
@@ -126,7 +119,4 @@ def rank_branch(sides: list[FRSide | None]) -> tuple[Block, Location] | None:
 
 
 def _under_rank_condition(side: FRSide) -> bool:
-    loc = location(side)
-    return (
-        loc is not None and loc.line is not None and rank_condition(loc.file, loc.line) is not None
-    )
+    return rank_branch([side]) is not None

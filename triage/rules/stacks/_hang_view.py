@@ -10,8 +10,8 @@ from triage.observations import Frame, MissingRank, RankActivity, RankProcess, R
 from triage.readers.source import (
     Block,
     condition,
-    enclosing_loops,
     innermost_loop,
+    leaves_loop,
     rank_condition,
     source_available,
 )
@@ -131,14 +131,9 @@ def past_the_loop(ahead: RankState, behind: RankState) -> bool | None:
     depth, a, b = split
     if a.line is None or b.line is None or not source_available(a.file):
         return None
-    if a.line < b.line or rank_condition(a.file, a.line) or rank_condition(b.file, b.line):
-        return False
-    loops = enclosing_loops(b.file, b.line)
-    if loops:
-        shared = [loop for loop in loops if loop.start <= a.line <= loop.end]
-        if len(shared) == len(loops):
-            return False
-        return not (shared and condition(a.file, a.line, within=shared[0]))
+    left = leaves_loop(b.file, a.line, b.line)
+    if left is not None:
+        return left
     deeper = behind.call_path[depth + 1 :]
     return any(f.line is not None and innermost_loop(f.file, f.line) for f in deeper)
 
