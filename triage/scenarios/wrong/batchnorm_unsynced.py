@@ -42,6 +42,7 @@ def main() -> None:
         print(f"rank {rank} step {step} loss {loss.item():.4f}", flush=True)
     probe.snapshot(model, opt, tag=f"step {STEPS - 1}")
     probe.check_replicas(model, step=STEPS, write=True)
+    dist.barrier()  # every rank done before any tears gloo down (a racing teardown aborts)
     dist.destroy_process_group()
 
 

@@ -46,6 +46,7 @@ def main() -> None:
         opt.step()
         probe.snapshot(model, opt, tag=f"step {step}")
         print(f"rank {rank} step {step} loss {loss.item():.4f}", flush=True)
+    dist.barrier()  # every rank done before any tears gloo down (a racing teardown aborts)
     dist.destroy_process_group()
 
 

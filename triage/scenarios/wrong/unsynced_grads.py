@@ -42,6 +42,7 @@ def main() -> None:
         probe.snapshot(model, opt, tag=f"step {step}")
         probe.check_replicas(model, step=step + 1, write=True)
         print(f"rank {rank} step {step} loss {loss.item():.4f}", flush=True)
+    dist.barrier()  # every rank done before any tears gloo down (a racing teardown aborts)
     dist.destroy_process_group()
 
 
