@@ -189,7 +189,10 @@ def test_log_without_a_known_signature_says_what_to_collect(tmp_path: Path) -> N
     path.write_text("".join(TRAINING.format(n=n) for n in range(5000)))
     code, report, stderr = analyze(str(path))
     assert code == 1 and stderr  # the CLI fails when no evidence could be gathered
-    assert report["evidence"] == [] and report["hypotheses"] == []
+    # Only the file's own record (where it ends), which is evidence beside other ranks' logs.
+    assert [e["kind"] for e in report["evidence"]] == ["log_file"]
+    assert report["evidence"][0]["excerpt"] == TRAINING.format(n=4999).strip()
+    assert report["hypotheses"] == []
     assert any("no known failure signature" in g["reason"] for g in report["gaps"])
     assert any("NCCL_DEBUG=INFO" in step for step in report["next_steps"]), report["next_steps"]
 

@@ -88,25 +88,27 @@ def _evidence(result: ScanResult, ids: Counter[str]) -> list[Evidence]:
         )
     for record in result.tracebacks:
         out += _traceback_evidence(record, unique(f"tb:{name}:{record.line}"))
-    if out:
-        rank = next((s.rank for s in result.signals if s.rank is not None), None)
-        info = LogFile(
-            path=result.path,
-            size=result.size,
+    rank = result.rank
+    info = LogFile(
+        path=result.path,
+        size=result.size,
+        rank=rank,
+        lines=result.lines,
+        truncated_hits=result.dropped,
+        last_line=result.last_line,
+    )
+    found = f"{len(result.signals)} signature lines" if out else "no failure signature"
+    out.append(
+        Evidence(
+            id=unique(f"file:{name}"),
+            kind=LogFile.EVIDENCE_KIND,
+            source=result.path,
             rank=rank,
-            lines=result.lines,
-            truncated_hits=result.dropped,
+            summary=f"{result.lines} lines, {found}",
+            data=info.model_dump(exclude_defaults=True),
+            excerpt=result.last_line,
         )
-        out.append(
-            Evidence(
-                id=unique(f"file:{name}"),
-                kind=LogFile.EVIDENCE_KIND,
-                source=result.path,
-                rank=rank,
-                summary=f"{result.lines} lines, {len(result.signals)} signature lines",
-                data=info.model_dump(exclude_defaults=True),
-            )
-        )
+    )
     return out
 
 

@@ -175,7 +175,7 @@ def hang(
 ) -> None:
     """Diagnose a hung job from its live rank processes (py-spy stacks of every rank),
     with its Flight Recorder dumps and logs when given."""
-    from triage.engine import job_targets
+    from triage.engine import found_evidence, job_targets
 
     all_pids = _split_ints((pids or []) + (pid_args or []), "--pids")
     if not all_pids and launcher_pid is None and not (flight_recorder or logs):
@@ -190,7 +190,7 @@ def hang(
     if llm:
         report = _refine(report, model)
     emit(report, Format.json if as_json else fmt)
-    if not report.evidence:
+    if not found_evidence(report):
         typer.echo("triage: error: no evidence could be gathered (see gaps)", err=True)
         raise typer.Exit(1)
 
@@ -262,7 +262,7 @@ def _analyze(
 ) -> None:
     import tempfile
 
-    from triage.engine import job_targets
+    from triage.engine import found_evidence, job_targets
 
     all_pids = _split_ints(pids or [], "--pids")
     with tempfile.TemporaryDirectory(prefix="triage-stdin-") as scratch:
@@ -277,7 +277,7 @@ def _analyze(
             pasted = str(Path(scratch) / "stdin.log")
             report = Report.model_validate_json(report.model_dump_json().replace(pasted, "<stdin>"))
     emit(report, fmt)
-    if not report.evidence:
+    if not found_evidence(report):
         gap = report.gaps[0] if report.gaps else None
         why = f"{gap.source}: {gap.reason}" if gap else "nothing could be read"
         typer.echo(f"triage: error: no evidence: {why}", err=True)

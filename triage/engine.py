@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from triage.grouping import group_ranks
 from triage.models import Finding, Gap, Report
+from triage.observations import LogFile
 from triage.playbooks import (
     UNKNOWN_SYMPTOM,
     Playbook,
@@ -93,6 +94,12 @@ def redecide(
     if by_symptom is None:
         by_symptom = symptom_playbooks(load_playbooks())
     return hand_over(report, by_symptom)
+
+
+def found_evidence(report: Report) -> bool:
+    """Whether anything beyond the list of files read was found: a log with no failure
+    line is evidence beside its peers' (a rank that logged nothing), not on its own."""
+    return any(e.kind != LogFile.EVIDENCE_KIND for e in report.evidence)
 
 
 def gather(playbook: Playbook, targets: dict[str, Any], registry: Registry = REGISTRY) -> Report:

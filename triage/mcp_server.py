@@ -24,7 +24,7 @@ from mcp.server.stdio import stdio_server
 from pydantic import Field, ValidationError
 
 from triage import __version__
-from triage.engine import Symptom, diagnose, job_targets
+from triage.engine import Symptom, diagnose, found_evidence, job_targets
 from triage.errors import TriageError
 from triage.models import Contract, Gap, Report, ToolResult, ToolStatus
 from triage.redact import redact_text, redact_value
@@ -191,7 +191,7 @@ def report_result(arguments: dict[str, Any], plugin_dirs: list[Path]) -> types.C
         return error_result(str(exc))
     except Exception as exc:  # an engine bug: the client gets a message, the server lives on
         return error_result(f"internal error: {type(exc).__name__}: {exc}".splitlines()[0])
-    if not report.evidence:
+    if not found_evidence(report):
         gap = report.gaps[0] if report.gaps else None
         return error_result(
             f"no evidence: {gap.source}: {gap.reason}" if gap else "no evidence could be gathered"

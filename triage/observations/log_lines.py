@@ -60,6 +60,11 @@ class LogFile(Payload):
 
     path: str
     size: int
-    rank: int | None = Field(default=None, description="The first rank its lines name.")
+    rank: int | None = Field(
+        default=None,
+        description="The rank whose log this is: the one its name gives, else the one rank "
+        "every ranked line in it names (a launcher's log, naming several, has none).",
+    )
     lines: int = Field(description="Lines in the file.")
     truncated_hits: int = Field(default=0, description="Matches dropped to bound memory.")
+    last_line: str = Field(default="", description="Its last non-empty line: where it stops.")

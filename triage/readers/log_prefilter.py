@@ -160,3 +160,17 @@ def _take_lines(data: bytes, start: int, count: int, first_no: int, window: _Win
         window.add(first_no + index, data[position:end])
         position = end + 1
     return min(position, len(data))
+
+
+def last_line(path: Path, limit: int = 200) -> str:
+    """The file's last non-empty line (cut to `limit`): where a rank's log stops says where
+    the rank was when it stopped writing, even when no signature matched there."""
+    with path.open("rb") as handle:
+        size = handle.seek(0, 2)
+        handle.seek(max(0, size - MAX_LINE))
+        tail = handle.read()
+    for raw in reversed(tail.splitlines()):
+        text = _ANSI.sub("", raw.decode("utf-8", "replace").rsplit("\r", 1)[-1]).strip()
+        if text:
+            return text.replace("\x00", "")[:limit]
+    return ""

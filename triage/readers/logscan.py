@@ -21,7 +21,7 @@ from typing import Any
 
 from triage.observations import Frame, LogSignal, RankState, TracebackRecord
 from triage.readers import signatures
-from triage.readers.log_prefilter import MAX_LINE, hit_lines
+from triage.readers.log_prefilter import MAX_LINE, hit_lines, last_line
 from triage.readers.signatures.memory import SUMMARY_TITLE, SummaryTable
 from triage.readers.stacks import classify, is_user_code
 
@@ -94,6 +94,20 @@ class ScanResult:
     signals: list[LogSignal] = field(default_factory=list)
     tracebacks: list[TracebackRecord] = field(default_factory=list)
     dropped: int = 0
+    last_line: str = ""
+    #: The rank torchelastic's folder (`attempt_0/3/`) names, once the report ties it.
+    folder_rank: int | None = None
+
+    @property
+    def rank(self) -> int | None:
+        """The rank whose log this is: named by the file or its torchelastic folder, or the
+        one rank its lines name."""
+        named = file_origin(self.path).rank
+        if named is not None or self.folder_rank is not None:
+            return named if named is not None else self.folder_rank
+        ranks = {s.rank for s in self.signals} | {t.rank for t in self.tracebacks}
+        ranks.discard(None)
+        return ranks.pop() if len(ranks) == 1 else None
 
 
 def file_origin(path: str) -> Origin:
@@ -135,7 +149,13 @@ def scan_file(path: Path, source: Path | None = None) -> ScanResult:
     (its name and folder still tell the rank)."""
     lines, total, dropped = hit_lines(path)
     named = source or path
-    result = ScanResult(path=str(named), size=named.stat().st_size, lines=total, dropped=dropped)
+    result = ScanResult(
+        path=str(named),
+        size=named.stat().st_size,
+        lines=total,
+        dropped=dropped,
+        last_line=last_line(path),
+    )
     base = file_origin(str(named))
     parser = _BlockParser(str(named))
     bounded = _Bounded()
@@ -283,6 +303,9 @@ def learn_ranks(results: list[ScanResult]) -> None:
                 by_local.setdefault(int(local), set()).add(int(rank))
     one_node = len(hosts) <= 1
     for result in results:
+        local = file_origin(result.path).local_rank
+        if local is not None and one_node and len(by_local.get(local, ())) == 1:
+            result.folder_rank = next(iter(by_local[local]))
         items: list[LogSignal | TracebackRecord] = [*result.signals, *result.tracebacks]
         for item in items:
             if item.rank is not None:

@@ -95,6 +95,9 @@ COLLECTIVE_TIMEOUT = re.compile(
     r"milliseconds before timing out|operations have failed or timed out|detected by watchdog"
 )
 
+#: Signatures of a rank that timed out waiting in a collective.
+_WAITED = ("hang.watchdog_timeout", "hang.gloo_timeout")
+
 _COMM_FAMILIES = ("nccl.", "gloo.", "c10d.", "net.", "shm.", "ib.", "driver.")
 _COMM_TEXT = re.compile(
     r"NCCL|nccl|gloo|Gloo|DistBackendError|DistNetworkError|DistStoreError|ProcessGroup|"
@@ -147,6 +150,8 @@ class CommView:
     nnodes: int | None
     origins: list[Origin]
     witnesses: dict[int | None, list[str]] = field(default_factory=dict)
+    #: Witnesses known only from the launcher stopping them (SIGTERM): they logged nothing.
+    stopped: set[int | None] = field(default_factory=set)
 
     def of(self, *names: str) -> list[Signal]:
         return [item for name in names for item in self.by_name.get(name, [])]
@@ -302,11 +307,14 @@ def _build(evidence: EvidenceSet) -> CommView:
     for e, t in tbs:
         if not t.dump and t.rank not in origin_ranks and _lost_peer(t, peer_ranks):
             witnesses.setdefault(t.rank, []).append(e.id)
+    stopped: set[int | None] = set()
     if origins:  # the launcher stopped the others (SIGTERM) before they saw the peer go
         for e, s in by_name.get("elastic.child_failed", []):
             if s.rank not in origin_ranks and s.fields.get("signal") in _STOP:
+                if s.rank not in witnesses:
+                    stopped.add(s.rank)
                 witnesses.setdefault(s.rank, []).append(e.id)
-    return CommView(by_name, tbs, hosts, nnodes, origins, witnesses)
+    return CommView(by_name, tbs, hosts, nnodes, origins, witnesses, stopped)
 
 
 def _short(host: str) -> str:
@@ -338,6 +346,14 @@ def _origins(
     a lost peer, a timeout or the teardown, and exits by a fatal signal. A rank that reports
     a lost peer exited because of it, whatever order the launcher saw the exits in."""
     lost = peer_ranks | {t.rank for _, t in tbs if not t.dump and _lost_peer(t, peer_ranks)}
+    # A rank whose own error is a collective timeout waited for another: its exit (first or
+    # not, SIGABRT from NCCL's watchdog or exit code 1) is a symptom.
+    lost |= {
+        t.rank
+        for _, t in tbs
+        if not t.dump and COLLECTIVE_TIMEOUT.search(f"{t.exception}: {t.message}")
+    }
+    lost |= {s.rank for name in _WAITED for _, s in by_name.get(name, []) if s.rank is not None}
     exits = [
         (e, s)
         for name in ("elastic.child_failed", "elastic.worker_failed", "elastic.process_signal")

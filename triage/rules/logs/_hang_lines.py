@@ -14,11 +14,13 @@ import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from triage.grouping import latest_stacks
 from triage.models import Evidence, Location
-from triage.observations import LogSignal, RankState, TracebackRecord
+from triage.observations import LogFile, LogSignal, RankState, TracebackRecord
 from triage.readers import signatures
+from triage.readers.logscan import file_origin
 from triage.readers.source import rank_condition
 from triage.readers.stacks import classify
 from triage.registry import EvidenceSet
@@ -132,6 +134,9 @@ class HangLog:
     waiting: dict[int, list[str]]
     barrier_missing: dict[int, list[str]]
     present: set[int]
+    #: Ranks the launcher reports only as stopped by its own teardown (SIGTERM, not first).
+    stopped: set[int]
+    rank_logs: dict[int, tuple[Evidence, LogFile]]
     own_errors: dict[int, tuple[Evidence, TracebackRecord]]
     launcher: list[tuple[Evidence, LogSignal]]
     stacks: list[tuple[Evidence, RankState]]
@@ -142,6 +147,38 @@ class HangLog:
 
     def location(self, ranks: Iterable[int]) -> Location | None:
         return next((self.locations[r] for r in ranks if r in self.locations), None)
+
+    def one_wait(self) -> bool:
+        """Every waiting rank names the same collective: one sequence number, or (gloo's
+        timeouts carry none) one line of user code in their tracebacks."""
+        seqs = [self._seq(r) for r in self.waiting]
+        if seqs and None not in seqs:
+            return len(set(seqs)) == 1
+        places = [self.locations.get(r) for r in self.waiting]
+        return (
+            bool(places)
+            and len({(p.file, p.line) if p else None for p in places}) == 1
+            and (None not in places)
+        )
+
+    def silent(self) -> list[int]:
+        """Ranks whose own log is here, with no timeout, no exit of their own and no barrier
+        report: the ranks their peers waited for, when those all wait in one collective."""
+        exits = {s.rank for _, s in self.launcher if s.rank is not None} - self.stopped
+        return sorted(set(self.rank_logs) - set(self.waiting) - exits - set(self.own_errors))
+
+    def _seq(self, rank: int) -> object:
+        keys = {
+            s.fields.get("seq") for _, s in self.timeouts if s.rank == rank and "seq" in s.fields
+        }
+        return keys.pop() if len(keys) == 1 else None
+
+
+def short_path(path: str) -> str:
+    """A log's name as a reader tells it apart: `rank3.log`, or `attempt_0/3/stdout.log`
+    for torchelastic's per-rank folders, whose file names repeat."""
+    parts = Path(path).parts
+    return "/".join(parts[-3:]) if file_origin(path).rank is None else parts[-1]
 
 
 def hang_log(evidence: EvidenceSet) -> HangLog:
@@ -177,6 +214,11 @@ def _build(evidence: EvidenceSet) -> HangLog:
         and e.kind
         in (LogSignal.EVIDENCE_KIND, TracebackRecord.EVIDENCE_KIND, RankState.EVIDENCE_KIND)
     } - {s.rank for _, s in launcher}
+    rank_logs = {
+        info.rank: (item, info)
+        for item, info in evidence.payloads(LogFile)
+        if info.rank is not None
+    }
     locations = _locations(evidence)
     order = {item.id: index for index, item in enumerate(evidence.items)}
     ledgers = [
@@ -193,7 +235,16 @@ def _build(evidence: EvidenceSet) -> HangLog:
         timeouts=timeouts,
         waiting=dict(waiting),
         barrier_missing=dict(missing),
-        present=present,
+        present=present | set(rank_logs),
+        stopped={
+            s.rank
+            for _, s in launcher
+            if s.rank is not None
+            and s.signature == "elastic.child_failed"
+            and s.fields.get("signal") == "SIGTERM"
+            and not s.fields.get("first")
+        },
+        rank_logs=rank_logs,
         own_errors=_own_errors(evidence),
         launcher=launcher,
         stacks=latest_stacks(evidence),

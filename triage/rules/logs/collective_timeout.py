@@ -70,15 +70,23 @@ def collective_timeout(evidence: EvidenceSet) -> Iterator[Finding]:
     else:
         return
     timed_out = sorted(view.waiting)
-    same = _same_collective(view.timeouts)
-    tail = (
-        " Every rank that reports waits in the same collective: the stall is on a rank whose "
-        "log is missing, or below Python (network, NCCL, a GPU)."
-        if same and len(timed_out) > 1
-        else ""
-    )
+    same = view.one_wait()
+    quiet = view.silent()
+    title = "a collective timed out; the rank that held it up is not in the logs"
+    tail = ""
+    if same and len(timed_out) > 1 and quiet:
+        title = "a collective timed out; no log says why"
+        tail = (
+            f" Rank {format_ranks(quiet)} logged no timeout: if it was in the same collective "
+            "after all, the stall is below Python (network, NCCL, a GPU)."
+        )
+    elif same and len(timed_out) > 1:
+        tail = (
+            " Every rank that reports waits in the same collective: the stall is on a rank "
+            "whose log is missing, or below Python (network, NCCL, a GPU)."
+        )
     yield Finding(
-        title="a collective timed out; the rank that held it up is not in the logs",
+        title=title,
         summary=f"{what[0].upper()}{what[1:]}.{tail}",
         ranks=[],
         location=view.location(timed_out),
@@ -128,12 +136,3 @@ def _what(sig: LogSignal) -> str:
     numel = f" (NumelIn {f['numel_in']})" if "numel_in" in f else ""
     after = f" after {f['timeout_ms']} ms" if "timeout_ms" in f else ""
     return f"timed out in {op}{number}{numel}{after}"
-
-
-def _same_collective(found: list[tuple[Evidence, LogSignal]]) -> bool:
-    keys = {
-        (s.fields.get("seq"), s.fields.get("op"))
-        for _, s in found
-        if s.signature == "hang.watchdog_timeout"
-    }
-    return len(keys) == 1

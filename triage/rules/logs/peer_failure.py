@@ -77,11 +77,24 @@ def peer_failure(evidence: EvidenceSet) -> Iterator[Finding]:
     where = f" at {lead.location}" if lead.location else ""
     # An exit code or signal alone is also what the OOM and hang rules read, with more to say.
     confidence = 0.65 if lead.traceback is not None else 0.5
+    logged = sorted(r for r in view.witnesses if r is not None and r not in view.stopped)
+    stopped = sorted(r for r in view.stopped if r is not None)
+    victims = (
+        " and ".join(
+            part
+            for part in (
+                f"{rank_label(logged)} only report the closed connection to it" if logged else "",
+                f"{rank_label(stopped)} were stopped by the launcher (SIGTERM)" if stopped else "",
+            )
+            if part
+        )
+        or f"{seen} only report the closed connection to it"
+    )
     yield Finding(
         title=f"{who} failed first; the peers lost the connection",
         summary=(
-            f"{who.capitalize()} failed on its own ({lead.what}){where}. {seen.capitalize()} "
-            "only report the closed connection to it: they are victims."
+            f"{who.capitalize()} failed on its own ({lead.what}){where}. "
+            f"{victims[0].upper()}{victims[1:]}: they are victims."
         ),
         ranks=culprits,
         location=lead.location,

@@ -96,7 +96,7 @@ def _deaths(view: HangLog) -> list[_Death]:
         f = sig.fields
         code = f.get("exitcode")
         if sig.signature == "elastic.child_failed" and sig.rank is not None:
-            if sig.rank in view.waiting:
+            if sig.rank in view.waiting or sig.rank in view.stopped:
                 continue
             signal = f" ({f['signal']})" if f.get("signal") else ""
             confidence = _exit_confidence(view, sig.rank, code)

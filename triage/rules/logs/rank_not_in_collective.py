@@ -10,7 +10,7 @@ from triage.models import Finding, Location
 from triage.observations import Frame, RankActivity
 from triage.readers.stacks import is_user_code
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._hang_lines import HangLog, hang_log
+from triage.rules.logs._hang_lines import HangLog, hang_log, short_path
 from triage.rules.logs._signals import signals
 from triage.text import format_ranks
 
@@ -63,7 +63,8 @@ def rank_not_in_collective(evidence: EvidenceSet) -> Iterator[Finding]:
     torch.distributed.monitored_barrier; torch.distributed docs, "Debugging".
     """
     view = hang_log(evidence)
-    dead = {s.rank for _, s in view.launcher if s.rank is not None} | set(view.own_errors)
+    exits = {s.rank for _, s in view.launcher if s.rank is not None} - view.stopped
+    dead = exits | set(view.own_errors)
     cases = [
         *_barrier(view, dead),
         *_stacks(view),
@@ -173,36 +174,60 @@ def _quiet(evidence: EvidenceSet, view: HangLog, dead: set[int]) -> list[_Case]:
         return []
     peer_errors = {s.rank for _, s in signals(evidence) if s.peer_symptom and s.rank is not None}
     observed = {s.rank for _, s in signals(evidence, "hang.dump_signal_observed")}
-    out = []
+    waiting_ids = [i for r in sorted(view.waiting) for i in view.waiting[r][:1]]
+    out, silent = [], []
     for rank in quiet:
         busy = _busy_frame_of(view, rank)
         if busy is not None:
             frame, item_id = busy
-            confidence = 0.65
             why = (
                 f"{_waiting_text(view).capitalize()} timed out in a collective while rank {rank} "
                 f"was in {frame.function} ({frame.file}:{frame.line}), checkpoint or evaluation "
                 "code, and reported no timeout itself."
             )
-            ids, location = [item_id], frame.location()
-        else:
-            late, told = rank in peer_errors, rank in observed
-            confidence = 0.55 if late else 0.45 if told else 0.4
+            out.append(_Case([rank], 0.65, why, [item_id, *waiting_ids], frame.location()))
+        elif rank in peer_errors or rank in observed:
+            late = rank in peer_errors
             how = (
-                ", only a lost connection later, when its peers were already gone"
+                "only a lost connection later, when its peers were already gone"
                 if late
-                else ", only the dump signal of a rank that did"
-                if told
-                else ""
+                else "only the dump signal of a rank that did"
             )
             why = (
                 f"{_waiting_text(view).capitalize()} timed out in a collective; rank {rank} "
-                f"reported no timeout of its own{how}: it was not in the collective."
+                f"reported no timeout of its own, {how}: it was not in the collective."
             )
-            ids, location = [], None
-        waiting_ids = [i for r in sorted(view.waiting) for i in view.waiting[r][:1]]
-        out.append(_Case([rank], confidence, why, ids + waiting_ids, location))
+            out.append(_Case([rank], 0.55 if late else 0.45, why, waiting_ids))
+        else:
+            silent.append(rank)
+    if silent:
+        out.append(_silent(view, silent, waiting_ids))
     return out
+
+
+def _silent(view: HangLog, ranks: list[int], waiting_ids: list[str]) -> _Case:
+    """Ranks whose logs say nothing of the collective their peers time out in.
+
+    Their own log in hand, stopping short of any timeout, while every peer reports the same
+    collective, is the culprit's trace: a rank in that collective would have timed out too.
+    Without their files it is weaker: the lines that name them may be all there is.
+    """
+    logs = [view.rank_logs[r] for r in ranks if r in view.rank_logs]
+    confidence = 0.6 if logs and view.one_wait() else 0.4
+    who = f"rank {format_ranks(ranks)}"
+    ends = "; ".join(
+        f"{short_path(info.path)} ends at line {info.lines}"
+        + (f" with `{info.last_line[:80]}`" if info.last_line else "")
+        for _, info in logs[:3]
+    )
+    why = (
+        f"{_waiting_text(view).capitalize()} timed out in a collective; {who} logged no "
+        f"timeout of {'its' if len(ranks) == 1 else 'their'} own"
+        + (f" ({ends})" if ends else "")
+        + ": a rank in that collective would have timed out too, so "
+        + f"{who} never reached it (or reached it late)."
+    )
+    return _Case(ranks, confidence, why, [item.id for item, _ in logs] + waiting_ids)
 
 
 def _busy_frame_of(view: HangLog, rank: int) -> tuple[Frame, str] | None:
