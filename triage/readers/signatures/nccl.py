@@ -350,14 +350,14 @@ signature(
 def _verbs(found: re.Match[str]) -> dict[str, Any]:
     reason = (found["reason"] or "").strip()
     out: dict[str, Any] = {"reason": reason} if reason else {}
-    if found["call"] == "ibv_reg_mr" and "Cannot allocate memory" in reason:
+    if found["call"].startswith("ibv_reg_mr") and "Cannot allocate memory" in reason:
         out["memlock"] = True
     return out
 
 
 signature(
     "nccl.ib_verbs_failed",
-    r"\b(?P<call>ibv_[a-z_]+) failed(?: with (?:error )?(?:\d+ )?(?P<reason>[^,]+))?",
+    r"\b(?P<call>ibv_[a-z0-9_]+) failed(?: with (?:error )?(?:\d+ )?(?P<reason>[^,]+))?",
     anchors="ibv_",
     summary="an InfiniBand verbs call failed (memory registration, queue pair setup or state change)",
     extract=_verbs,
@@ -439,6 +439,15 @@ signature(
 )
 
 signature(
+    "nccl.cuda_arch_missing",
+    r"NCCL WARN Cuda failure (?:\d+ )?'(?P<reason>named symbol not found|no kernel image is "
+    r"available for execution on the device|device kernel image is invalid)'?",
+    anchors="NCCL WARN Cuda failure",
+    summary="NCCL's kernels were not built for this GPU's architecture (an NCCL or torch "
+    "build older than the GPU)",
+)
+
+signature(
     "nccl.undefined_symbol",
     r"undefined symbol: (?P<symbol>nccl\w+)",
     anchors="undefined symbol: nccl",
@@ -477,20 +486,22 @@ signature(
     "fabric.nvls_failed",
     r"Failed to bind NVLink SHARP \(NVLS\) Multicast memory(?: of size (?P<bytes>\d+))?"
     r"(?:[^']*?CUDA error (?P<code>\d+) '(?P<reason>[^']*)')?"
-    r"|This is usually caused by a system or configuration error in the Fabric Manager or NVSwitches",
+    r"|This is usually caused by a system or configuration error in the Fabric Manager or NVSwitches"
+    r"|transport/nvls\.cc:\d+ NCCL WARN Cuda failure (?P<nvls_code>\d+)",
     anchors=(
         "Failed to bind NVLink SHARP (NVLS) Multicast memory",
         "configuration error in the Fabric Manager or NVSwitches",
+        "transport/nvls.cc",
     ),
     summary="NCCL could not bind NVLink SHARP multicast memory: fabric manager or NVSwitch state is broken",
 )
 
 signature(
     "fabric.manager_version",
-    r"fabric manager NVIDIA GPU driver interface version (?P<fm_version>[\d.]+?)\.? "
+    r"(?:fabric manager )?NVIDIA GPU driver interface version (?P<fm_version>[\d.]+?)\.? "
     r"(?:don't|doesn't|don’t|do not|does not) match with driver version "
     r"(?P<driver_version>[\d.]+?)\.?(?=\s|$)",
-    anchors="fabric manager NVIDIA GPU driver interface version",
+    anchors="NVIDIA GPU driver interface version",
     summary="nvidia-fabricmanager refuses to start: its version differs from the NVIDIA driver's",
 )
 
@@ -499,8 +510,10 @@ signature(
     r"nvidia-fabricmanager\.service: Control process exited, code=(?P<code>\w+), "
     r"status=(?P<status>\S+)"
     r"|Job for nvidia-fabricmanager\.service failed"
-    r"|fabric manager config file item: (?P<item>\w+) has an invalid value",
+    r"|fabric manager config file item: (?P<item>\w+) has an invalid value"
+    r"|ExecStart=\S*nv-fabricmanager\b.*\(code=exited, status=(?P<exit>[^)]+)\)",
     anchors=(
+        "nv-fabricmanager",
         "nvidia-fabricmanager.service: Control process exited",
         "Job for nvidia-fabricmanager.service failed",
         "fabric manager config file item:",

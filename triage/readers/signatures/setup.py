@@ -98,6 +98,17 @@ signature(
 )
 
 signature(
+    "setup.env_read",
+    r"os\.environ\[[\"'](?P<variable>"
+    + "|".join(LAUNCHER_VARIABLES)
+    + "|"
+    + "|".join(f"{p}\\w+" for p in _VARIABLE_PREFIXES)
+    + r")[\"']\]",
+    anchors=("os.environ[",),
+    summary="a line reads a launcher variable with os.environ[...] (a KeyError when unset)",
+)
+
+signature(
     "setup.default_group_missing",
     r"Default process group (?:has not been|is not) initialized",
     anchors=(
@@ -189,6 +200,16 @@ signature(
     r"(?:divisible by|equal to)\s*(?P<by>[^\n]{0,120})",
     anchors=("divisible by", "is not equal to"),
     summary="the world size does not factor into the requested parallel dimensions",
+)
+
+signature(
+    "setup.checkpoint_parallel_size",
+    r"(?i)\b(?P<dim>(?:tensor|pipeline|data|expert|context|sequence)[ _](?:model[ _])?parallel"
+    r"[ _](?:size|degree|world[ _]size))\b[^\n]{0,80}?\bcheckpoint\b[^\n]{0,40}?"
+    r"(?:\((?P<saved>\d+)\))?[^\n]{0,40}?(?:is not equal|does not match|doesn't match|"
+    r"mismatch|!=)[^\n]{0,60}?(?:\((?P<now>\d+)\))?",
+    anchors=("parallel_size", "parallel size", "parallel_degree", "parallel degree"),
+    summary="a checkpoint saved at one parallel size is loaded at another",
 )
 
 signature(

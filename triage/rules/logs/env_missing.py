@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._comm_view import comm_view
-from triage.rules.logs._signals import ids, ranks_of, signals
+from triage.rules.logs._signals import ids, ranks_of, signals, tracebacks
 
 _ERROR_TEXT = re.compile(
     r"rendezvous|KeyError|expected, but not set|process group has not been initialized|mpi4py"
@@ -31,6 +31,7 @@ def env_missing(evidence: EvidenceSet) -> Iterator[Finding]:
     RANK expected, but not set` (also WORLD_SIZE, MASTER_ADDR, MASTER_PORT; the tcp:// and
     file:// forms `rank parameter missing`, `world size parameter missing`); a script's
     `KeyError: 'LOCAL_RANK'` (RANK, WORLD_SIZE, MASTER_*, SLURM_*, OMPI_COMM_WORLD_*);
+    a traceback through `os.environ["LOCAL_RANK"]` (its KeyError line lost or reworded);
     weaker: `Default process group has not been initialized` and DeepSpeed's `Not using
     the DeepSpeed or dist launchers` (the script ran without a launcher).
 
@@ -55,14 +56,16 @@ def env_missing(evidence: EvidenceSet) -> Iterator[Finding]:
     ("Environment variables").
     """
     explicit = signals(evidence, "setup.rendezvous_env_missing", "setup.env_key_error")
+    # A traceback through `os.environ["LOCAL_RANK"]` whose KeyError line was lost or reworded.
+    read = signals(evidence, "setup.env_read") if tracebacks(evidence) else []
     weak = signals(evidence, "setup.default_group_missing", "setup.deepspeed_no_launcher")
-    items = explicit or weak
+    items = explicit or read or weak
     if not items:
         return
     names = sorted(
         {
             str(s.fields.get("variable") or s.fields.get("parameter"))
-            for _, s in explicit
+            for _, s in explicit or read
             if s.fields.get("variable") or s.fields.get("parameter")
         }
     )
@@ -72,6 +75,9 @@ def env_missing(evidence: EvidenceSet) -> Iterator[Finding]:
         confidence = (
             0.9 if any(s.signature == "setup.rendezvous_env_missing" for _, s in explicit) else 0.85
         )
+    elif read:
+        what = f"{', '.join(names)} not set when the job started (read in the failing traceback)"
+        confidence = 0.6
     else:
         what = "the script ran without a distributed launcher"
         confidence = (

@@ -99,15 +99,20 @@ def fabric(evidence: EvidenceSet) -> Iterator[Finding]:
                 _FIX_VERSION if version else _FIX_SERVICE,
             )
         )
-    if nvls:
+    bound = [(e, s) for e, s in nvls if "nvls_code" not in s.fields]
+    if bound:
         found.append(
             (
                 0.85,
                 "NCCL could not bind NVLink SHARP (NVLS) multicast memory on the NVSwitch fabric",
-                nvls,
+                bound,
                 _FIX_NVLS,
             )
         )
+    elif nvls:  # a bare CUDA failure in the NVLS transport: the fabric, most often
+        code = nvls[0][1].fields["nvls_code"]
+        what = f"a CUDA call in NCCL's NVLS (NVSwitch multicast) transport failed (error {code})"
+        found.append((0.6, what, nvls, _FIX_NVLS))
     if not found:
         return
     (confidence, what, items, fix), every = strongest(found)

@@ -21,7 +21,8 @@ def version_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     Different `NCCL version X` across ranks, hosts or log files; `CUDA driver version is
     insufficient for CUDA runtime version`; torch's `NVIDIA driver on your system is too
     old`; `undefined symbol: nccl...` (a torch build linked against another libnccl); NCCL
-    bootstrap `Message truncated` (peers speak different NCCL protocols).
+    bootstrap `Message truncated` (peers speak different NCCL protocols); NCCL's `Cuda
+    failure 'named symbol not found'` or `no kernel image` (its kernels predate the GPU).
 
     Why it happens:
     Nodes with different container images or environments (pip nvidia-nccl-cu* wheels vs a
@@ -75,6 +76,14 @@ _DRIVER = (
 )
 
 
+_ARCH = (
+    "Install a torch build whose CUDA version supports this GPU (e.g. cu128 wheels for "
+    "Blackwell, cu118 or later for Hopper) and let it bring its own NCCL; check "
+    "`python -c 'import torch; print(torch.cuda.get_arch_list())'` lists the GPU's sm_XX, and "
+    "unset LD_LIBRARY_PATH/LD_PRELOAD entries that load an older libnccl."
+)
+
+
 def _findings(view: CommView) -> list[Found]:
     found: list[Found] = []
     by_version: dict[str, list[Signal]] = {}
@@ -98,6 +107,18 @@ def _findings(view: CommView) -> list[Found]:
                 f"the loaded libnccl lacks {symbol}: torch was built against another NCCL",
                 symbols,
                 _SAME_ENV,
+            )
+        )
+    arch = view.of("nccl.cuda_arch_missing")
+    if arch:
+        reason = arch[0][1].fields.get("reason")
+        found.append(
+            (
+                0.75,
+                f"NCCL's CUDA kernels do not run on this GPU ('{reason}'): the NCCL (or torch) "
+                "build predates the GPU's architecture",
+                arch,
+                _ARCH,
             )
         )
     truncated = view.of("nccl.message_truncated")

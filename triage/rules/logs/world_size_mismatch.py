@@ -36,6 +36,13 @@ _FIX_EXTRA_WORKERS = (
 )
 
 
+_FIX_CHECKPOINT = (
+    "Launch with the parallel sizes the checkpoint was saved at, or convert it to the new "
+    "layout first (Megatron's tools/checkpoint converter, DeepSpeed's universal checkpoint, "
+    "torch.distributed.checkpoint resharding on load)."
+)
+
+
 @rule("logs.world_size_mismatch", "config.world_size_mismatch")
 def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     """The job's world size disagrees with the mesh, the parallel plan or the processes started.
@@ -46,7 +53,8 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     torchtitan's `... != WORLD_SIZE(N)`; `Invalid rank N, rank should be in the interval
     [0, M]` (DistributedSampler), new_group's `Rank N is out of range`; the store-based
     barrier counting more workers than world_size (`world_size=2, worker_count=4`); NCCL's
-    bootstrap seeing a different rank count or one rank twice.
+    bootstrap seeing a different rank count or one rank twice; a checkpoint's
+    `tensor_model_parallel_size value from checkpoint (1) is not equal to ... (2)`.
 
     Why it happens:
     --nnodes x --nproc-per-node differs from what the config's mesh or parallel sizes
@@ -73,6 +81,12 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
         items = signals(evidence, name)
         if items:
             found.append((confidence, what, items, _FIX))
+    saved = signals(evidence, "setup.checkpoint_parallel_size")
+    if saved:
+        fields = saved[0][1].fields
+        sizes = f" ({fields['saved']} saved, {fields['now']} now)" if fields.get("now") else ""
+        what = f"the checkpoint was saved at another {fields['dim']}{sizes}"
+        found.append((0.8, what, saved, _FIX_CHECKPOINT))
     barrier = signals(evidence, "setup.store_barrier")
     excess = [(e, s) for e, s in barrier if s.fields.get("excess")]
     if excess:
