@@ -267,3 +267,13 @@ signature(
     summary="a rank waited for the NCCL unique ID that the group's root rank never published",
     extract=lambda found: {"rank": int(found["rank"]), "root": int(found["root"])},
 )
+
+# Horovod's stall inspector (horovod/common/stall_inspector.cc): a tensor submitted by some
+# ranks only, for longer than HOROVOD_STALL_CHECK_TIME_SECONDS; `Missing ranks:` follows.
+signature(
+    "hang.horovod_stall",
+    r"(?:One or more tensors were submitted to be reduced, gathered or broadcasted by subset "
+    r"of ranks and are waiting for remainder of ranks for more than (?P<seconds>\d+) seconds)",
+    anchors="submitted to be reduced, gathered or broadcasted by subset of ranks",
+    summary="Horovod: some ranks submitted a collective the others have not",
+)

@@ -174,6 +174,21 @@ class HangLog:
         return keys.pop() if len(keys) == 1 else None
 
 
+def unpaired_reports(evidence: EvidenceSet) -> list[tuple[Evidence, LogSignal]]:
+    """DETAIL's mismatch errors that name only the reporting rank's own fingerprint."""
+    return [
+        (e, s) for e, s in signals(evidence, "hang.fingerprint_mismatch") if "peer" not in s.fields
+    ]
+
+
+def same_op_reports(reports: list[tuple[Evidence, LogSignal]]) -> bool:
+    """Two or more ranks each call the same op inconsistent: the op is not what differs,
+    so their tensors are (shape or dtype)."""
+    ranks = {s.fields.get("rank") for _, s in reports}
+    ops = {s.fields.get("op") for _, s in reports}
+    return len(ranks) >= 2 and len(ops) == 1 and None not in ops
+
+
 def short_path(path: str) -> str:
     """A log's name as a reader tells it apart: `rank3.log`, or `attempt_0/3/stdout.log`
     for torchelastic's per-rank folders, whose file names repeat."""

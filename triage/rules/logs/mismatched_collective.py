@@ -8,7 +8,13 @@ from collections.abc import Iterator
 from triage.models import Evidence, Finding, Location
 from triage.observations import LogSignal
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._hang_lines import Split, TraceSplit, hang_log, positions_text
+from triage.rules.logs._hang_lines import (
+    Split,
+    TraceSplit,
+    hang_log,
+    positions_text,
+    same_op_reports,
+)
 from triage.rules.logs._signals import ids, signals
 from triage.text import format_ranks
 
@@ -59,6 +65,34 @@ def mismatched_collective(evidence: EvidenceSet) -> Iterator[Finding]:
         yield _from_tracebacks(traced)
         return
     yield from _from_reports(evidence)
+    yield from _horovod(evidence)
+
+
+def _horovod(evidence: EvidenceSet) -> Iterator[Finding]:
+    """Horovod's stall inspector: a tensor some ranks submitted and others did not."""
+    stalls = signals(evidence, "hang.horovod_stall")
+    if not stalls:
+        return
+    seconds = stalls[0][1].fields.get("seconds")
+    yield Finding(
+        title="Horovod: some ranks submitted a collective the others never did",
+        summary=(
+            f"Horovod's stall inspector saw tensors submitted by a subset of ranks, waiting "
+            f"{seconds} s for the rest: the ranks issue different collectives (a rank- or "
+            "data-dependent branch, different code or configuration per node), or the missing "
+            "ranks are elsewhere. Its `Missing ranks:` lines list who has not submitted which "
+            "tensor."
+        ),
+        ranks=[],
+        confidence=0.55,
+        evidence=ids(stalls[:4]),
+        fix=(
+            "Make every rank submit the same tensors in the same order: run the same code and "
+            "configuration on every node, and move collectives out of rank- or data-dependent "
+            "branches; the `Missing ranks:` list names the ranks to look at."
+        ),
+        confirm="the missing ranks' stacks (py-spy) are outside the collective or in another one",
+    )
 
 
 def _from_tracebacks(traced: TraceSplit) -> Finding:
@@ -172,7 +206,7 @@ def _unpaired(reports: list[tuple[Evidence, LogSignal]]) -> Iterator[Finding]:
     """Older torch's report names only the reporting rank's own fingerprint: the collectives
     differ across ranks, but not which rank is the odd one."""
     own = [(e, s) for e, s in reports if "peer" not in s.fields]
-    if not own:
+    if not own or same_op_reports(own):  # the same op everywhere: hang.shape_mismatch
         return
     first = own[0][1].fields
     ops = sorted({str(s.fields["op"]) for _, s in own if s.fields.get("op")})

@@ -6,7 +6,14 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._hang_lines import Split, hang_log, positions_text
+from triage.rules.logs._hang_lines import (
+    Split,
+    hang_log,
+    positions_text,
+    same_op_reports,
+    unpaired_reports,
+)
+from triage.rules.logs._signals import ids
 from triage.text import format_ranks
 
 _TRUST = {"fingerprint": 0.88, "watchdog": 0.75, "opcount": 0.7}
@@ -20,7 +27,8 @@ def shape_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     TORCH_DISTRIBUTED_DEBUG=DETAIL fingerprints with equal SequenceNumber and OpType but
     different TensorShape or TensorDtypes (`Collectives differ in the following aspects:
     Tensor Tensor shapes: 4vs 5`), NCCL watchdog timeouts of one work with different
-    NumelIn, or NCCL COLL lines of one opCount with different count or datatype.
+    NumelIn, or NCCL COLL lines of one opCount with different count or datatype; older
+    torch's DETAIL errors in which two or more ranks each call the same op inconsistent.
 
     Why it happens:
     A tensor whose size depends on the rank's data: the last uneven batch, variable-length
@@ -46,6 +54,7 @@ def shape_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     view = hang_log(evidence)
     candidates = [s for s in view.splits if s.how == "shape"]
     if not candidates:
+        yield from _same_op(evidence)
         return
     best = max(candidates, key=_confidence)
     culprits = format_ranks(best.ranks)
@@ -75,3 +84,34 @@ def shape_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
 
 def _confidence(split: Split) -> float:
     return round(_TRUST[split.ledger.source] * (1.0 if split.decided else 0.85), 3)
+
+
+def _same_op(evidence: EvidenceSet) -> Iterator[Finding]:
+    """Older torch's DETAIL errors name only the reporter's own fingerprint; when every
+    reporter runs the same op, the collectives differ in their tensors."""
+    reports = unpaired_reports(evidence)
+    if not same_op_reports(reports):
+        return
+    ranks = sorted({int(s.fields["rank"]) for _, s in reports if s.fields.get("rank") is not None})
+    op = reports[0][1].fields["op"]
+    shapes = sorted({str(s.fields["shape"]) for _, s in reports if s.fields.get("shape")})
+    seen = f" ({' vs '.join(shapes)})" if len(shapes) > 1 else ""
+    yield Finding(
+        title=f"ranks {format_ranks(ranks)} passed different tensors to the same {op}",
+        summary=(
+            f"Rank {format_ranks(ranks)} each report their {op} as inconsistent with the other "
+            f"ranks'{seen}: the op is the same everywhere, so the tensors' shapes or dtypes "
+            "differ. The report does not say which rank's size is the odd one."
+        ),
+        ranks=ranks,
+        location=hang_log(evidence).location(ranks),
+        confidence=0.65,
+        evidence=ids(reports[:8]),
+        fix=(
+            f"Give the {op} the same shape and dtype on every rank: pad to a common size "
+            "(exchange sizes first) or use all_gather_object for ragged data; a batch whose "
+            "size depends on the rank's data (the last batch, filtered samples) is the usual "
+            "source."
+        ),
+        confirm="each rank's tensor shape at that call (print it before the collective)",
+    )
