@@ -241,6 +241,20 @@ signature(
 )
 
 signature(
+    "memory.exit_sigkill",
+    r"(?i:return code|exit code|exit status|exitcode)\s*[=:]?\s*-9\b"
+    r"|died with <Signals\.SIGKILL: 9>",
+    anchors=(
+        "return code = -9",
+        "return code -9",
+        "exit code -9",
+        "exit status -9",
+        "died with <Signals.SIGKILL: 9>",
+    ),
+    summary="a launcher reports a process killed by SIGKILL (-9): usually the OOM killer",
+)
+
+signature(
     "memory.shell_killed",
     r"^\s*Killed\s*$|line \d+: +(?P<killed_pid>\d+) Killed\b",
     anchors="Killed",
@@ -318,6 +332,7 @@ HOST_OOM_SIGNALS = (
     "memory.slurm_oom_kill",
     "memory.container_oom",
     "memory.exit_137",
+    "memory.exit_sigkill",
     "memory.shell_killed",
     "memory.slurm_task_oom",
     "memory.ray_oom",

@@ -19,8 +19,8 @@ from triage.readers.signatures import signature
 
 #: Flags a launcher adds to the script's argv (torch.distributed.launch, deepspeed, old
 #: torchrun --no-python wrappers); a script that does not declare them fails argparse.
-LAUNCHER_FLAG = re.compile(
-    r"--(?:local[-_]rank|use[-_]env|nproc[-_]per[-_]node|nnodes|node[-_]rank|master[-_](?:addr|port)"
+LAUNCHER_FLAG = re.compile(  # forums turn `--` into an en or em dash
+    r"(?:--|\u2013|\u2014)(?:local[-_]rank|use[-_]env|nproc[-_]per[-_]node|nnodes|node[-_]rank|master[-_](?:addr|port)"
     r"|rdzv[-_]\w+|standalone|max[-_]restarts)\b"
 )
 
@@ -33,8 +33,8 @@ def _arguments(found: re.Match[str]) -> dict[str, Any]:
 
 signature(
     "setup.unrecognized_arguments",
-    r"(?P<prog>\S+): error: unrecognized arguments: (?P<args>.+)",
-    anchors="error: unrecognized arguments:",
+    r"(?:(?P<prog>\S+): )?[Ee]rror: unrecognized arguments: (?P<args>.+)",
+    anchors="rror: unrecognized arguments:",
     summary="argparse rejected arguments the launcher or the command line passed to the script",
     extract=_arguments,
 )

@@ -68,6 +68,17 @@ def held_by_others(core: Core) -> bool:
     return core.held >= max(core.capacity * 0.15, GiB) and core.free + core.held >= core.requested
 
 
+def siblings(others: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Other processes that look like ranks of one job: three or more, each about a CUDA
+    context plus NCCL buffers (up to 2 GiB), with the same footprint within 10% (the same
+    code on every rank). A stale job or a server rarely looks like that."""
+    small = [(pid, used) for pid, used in others if 0 < used <= 2 * GiB]
+    if len(small) < 3:
+        return []
+    sizes = [used for _, used in small]
+    return small if max(sizes) <= min(sizes) * 1.1 else []
+
+
 @dataclass
 class OomNumbers:
     """The allocator's numbers at the OOM, in bytes; None where the message omits one."""

@@ -263,6 +263,7 @@ _HOST_STRENGTH = {
     "memory.bad_alloc": 0.7,
     "memory.enomem": 0.65,
     "memory.exit_137": 0.6,
+    "memory.exit_sigkill": 0.6,
     "memory.shell_killed": 0.6,
     "memory.dataloader_exited": 0.5,
 }

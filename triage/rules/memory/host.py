@@ -24,6 +24,7 @@ CONFIRM = (
 _KILLS = frozenset(
     {
         "memory.exit_137",
+        "memory.exit_sigkill",
         "memory.shell_killed",
         "elastic.worker_failed",
         "elastic.child_failed",
@@ -41,7 +42,8 @@ def host(evidence: EvidenceSet) -> Iterator[Finding]:
     What it detects:
     The kernel's OOM killer (`Out of memory: Killed process N`), Slurm's `oom-kill event`,
     a container OOMKilled or exit code 137, a DataLoader worker killed by signal Killed,
-    a worker SIGKILLed (-9, from torchelastic's report), `std::bad_alloc`, Python MemoryError,
+    a worker SIGKILLed (-9, from torchelastic's report, DeepSpeed's `exits with return code
+    = -9` or subprocess's `died with <Signals.SIGKILL: 9>`), `std::bad_alloc`, Python MemoryError,
     torch's DefaultCPUAllocator failing, or ENOMEM (`Cannot allocate memory`).
 
     Why it happens:

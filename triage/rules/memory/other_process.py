@@ -7,7 +7,14 @@ from collections.abc import Iterator
 from triage.models import Finding
 from triage.readers.signatures.memory import format_size
 from triage.registry import EvidenceSet, rule
-from triage.rules.memory._oom_events import GiB, OomEvent, evidence_of, held_by_others, judge
+from triage.rules.memory._oom_events import (
+    GiB,
+    OomEvent,
+    evidence_of,
+    held_by_others,
+    judge,
+    siblings,
+)
 from triage.rules.memory._oom_view import oom_view
 
 FIX = (
@@ -29,6 +36,12 @@ def _score(event: OomEvent) -> tuple[float, str] | None:
     if not held_by_others(core):
         return None
     others = [(pid, used) for pid, used in event.numbers.others() if used >= GiB // 4]
+    if others and len(siblings(event.numbers.others())) == len(event.numbers.others()):
+        return 0.45, (  # the same small footprint on every one: the job's own ranks (same_device)
+            f"{len(others)} other processes with the same footprint hold "
+            f"{format_size(core.held)} of GPU {core_device(event)}; they look like this job's "
+            "own ranks rather than another job"
+        )
     if others:
         listed = ", ".join(f"process {pid} holds {format_size(used)}" for pid, used in others[:4])
         return 0.8, (

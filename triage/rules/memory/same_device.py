@@ -16,6 +16,7 @@ from triage.rules.memory._oom_events import (
     first_location,
     in_setup,
     loads_checkpoint,
+    siblings,
     strongest,
 )
 from triage.rules.memory._oom_view import OomView, oom_view
@@ -135,17 +136,21 @@ def _from_stray_contexts(view: OomView) -> Scored | None:
     """Several small processes on the failing GPU: CUDA contexts (300-600 MiB each) that other
     ranks or their DataLoader workers created on it before (or without) set_device."""
     for event in view.gpu:
-        small = [(pid, used) for pid, used in event.numbers.others() if used <= GiB]
+        alike = siblings(event.numbers.others())
+        small = alike or [(pid, used) for pid, used in event.numbers.others() if used <= GiB]
         if len(small) < 2:
             continue
         device = event.numbers.device
         listed = ", ".join(f"{pid} ({format_size(used)})" for pid, used in small[:8])
+        more = f" and {len(small) - 8} more" if len(small) > 8 else ""
+        each = "the same footprint" if alike else "about a CUDA context"
         summary = (
             f"{event.who().capitalize()} ran out of memory on GPU {device}{event.where()}, where "
-            f"{len(small)} other processes each hold about a CUDA context: {listed}. Other ranks "
+            f"{len(small)} other processes each hold {each}: {listed}{more}. Other ranks "
             f"or their workers touched GPU {device} before calling set_device."
         )
-        return 0.5, summary, view.ranks([event]), event.location, event.evidence
+        confidence = 0.7 if alike else 0.5
+        return confidence, summary, view.ranks([event]), event.location, event.evidence
     return None
 
 
