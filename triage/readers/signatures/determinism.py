@@ -17,6 +17,9 @@ metrics logged without `sync_dist=True` are not accumulated across devices; acce
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from triage.readers.signatures import signature
 
 # --- wrong.nondeterminism ----------------------------------------------------------------
@@ -46,8 +49,14 @@ signature(
 signature(
     "eval.distributed_sampler",
     r"(?:During `trainer\.(?P<stage>\w+)\(\)`.{0,80}?)?"
-    r"to ensure each sample/batch gets evaluated exactly once",
-    anchors="to ensure each sample/batch gets evaluated exactly once",
+    r"to ensure each sample/batch gets evaluated(?: exactly once|\s*$)"
+    r"|`DistributedSampler` that replicates some"
+    r"|samples to make sure all devices have same batch size",  # the same warning, wrapped
+    anchors=(
+        "to ensure each sample/batch gets evaluated",
+        "`DistributedSampler` that replicates some",
+        "samples to make sure all devices have same batch size",
+    ),
     summary="Lightning evaluates with a DistributedSampler, which pads ranks with repeated samples",
 )
 
@@ -64,4 +73,25 @@ signature(
     r"The used dataset had no length, returning gathered tensors\. You should drop the remainder yourself",
     anchors="You should drop the remainder yourself",
     summary="accelerate's gather_for_metrics could not drop the samples padded onto the last batch",
+)
+
+# --- wrong.placement ---------------------------------------------------------------------
+
+_PLACEMENT = r"(?:Shard|Replicate|Partial|_StridedShard)\([^()]*\)"
+
+
+def _placements(found: re.Match[str]) -> dict[str, Any]:
+    return {k: v for k, v in found.groupdict().items() if v}
+
+
+signature(
+    "dtensor.placement_mismatch",
+    # Two placements compared on one line, or an exception about a DTensor's placements
+    # (whose expected side often wraps to the next line).
+    rf"placements?\b[^\n]{{0,40}}?(?P<got>{_PLACEMENT})[^\n]{{0,160}}?"
+    rf"(?:expect|require|but|!=|\bvs\b|mismatch|differ)[^\n]{{0,80}}?(?P<want>{_PLACEMENT})"
+    rf"|(?:Error|Exception): [^\n]*?\bplacements?\b[^\n]{{0,40}}?(?P<has>{_PLACEMENT})",
+    anchors=("placement",),
+    summary="a DTensor's placements differ from what the op or the plan expects",
+    extract=_placements,
 )
