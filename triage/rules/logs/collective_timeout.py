@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterator
 
@@ -11,6 +12,11 @@ from triage.registry import EvidenceSet, rule
 from triage.rules.logs._hang_lines import hang_log
 from triage.rules.logs._signals import ids, signals
 from triage.text import format_ranks
+
+#: The watchdog's own words or frames, when the WorkNCCL details did not come with them.
+_WATCHDOG = re.compile(
+    r"Watchdog caught collective operation timeout|checkTimeout|ncclCommWatchdog"
+)
 
 _COLLECT = (
     "While it hangs, dump every rank's Python stack (`triage hang --launcher-pid PID`, or "
@@ -27,7 +33,8 @@ def collective_timeout(evidence: EvidenceSet) -> Iterator[Finding]:
     What it detects:
     NCCL watchdog timeouts (`Watchdog caught collective operation timeout: WorkNCCL(...)`,
     `Timeout at NCCL work: N`), gloo `Timed out waiting Nms for recv/send operation`,
-    monitoredBarrier timeouts, or, weakest, a watchdog whose heartbeat stopped.
+    monitoredBarrier timeouts, or, weakest, a watchdog whose heartbeat stopped, or the
+    watchdog's words and frames alone (`checkTimeout`, `ncclCommWatchdog`) with no details.
 
     Why it happens:
     Some rank did not reach the collective in time: it is elsewhere (evaluation,
@@ -67,6 +74,15 @@ def collective_timeout(evidence: EvidenceSet) -> Iterator[Finding]:
     elif aborted:
         found, confidence = aborted, 0.35
         what = f"the NCCL watchdog took rank {format_ranks(_ranks(aborted))} down after a timeout"
+    elif bare := [
+        (e, s) for e, s in signals(evidence, "generic.collective_stall") if _WATCHDOG.search(s.text)
+    ]:
+        found, confidence = bare, 0.35
+        who = f" on rank {format_ranks(_ranks(bare))}" if _ranks(bare) else ""
+        what = (
+            f"the NCCL watchdog reports a collective timeout{who} (the line that would say "
+            "which collective is cut or missing)"
+        )
     else:
         return
     timed_out = sorted(view.waiting)
