@@ -223,3 +223,22 @@ def test_colour_escapes_are_dropped_from_hit_lines(tmp_path: Path) -> None:
     )
     lines, _, _ = hit_lines(log)
     assert lines == [(1, "[rank0]:RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB")]
+
+
+def test_grep_output_keeps_the_nccl_prefix_of_each_line(tmp_path: Path) -> None:
+    """`grep -r NCCL logs/` puts the file name before NCCL's `host:pid:tid [dev]` prefix."""
+    text = (
+        "LOG1.0.txt:learnfair062:32615:32615 [0] NCCL INFO Broadcast: opCount 0 sendbuff "
+        "0x7f88e4000000 recvbuff 0x7f88e4000000 count 25503912 datatype 0 op 0 root 0 comm "
+        "0x7f88d8002f70 [nranks=5] stream 0x55d3c5b3e0a0\n"
+    )
+    (coll,) = scan_file(_write(tmp_path, "grep.txt", text)).signals
+    assert (coll.host, coll.pid) == ("learnfair062", 32615)
+    assert coll.text.startswith("NCCL INFO Broadcast")
+
+
+def test_every_file_knows_its_rank_and_where_it_stops(tmp_path: Path) -> None:
+    quiet = scan_file(_write(tmp_path, "rank3.log", "step 1\nstep 2 loss 0.5\n\n"))
+    assert (quiet.rank, quiet.last_line, quiet.signals) == (3, "step 2 loss 0.5", [])
+    report = scan_file(_write(tmp_path, "console.log", ELASTIC_REPORT))
+    assert report.rank is None  # a launcher's report names several ranks

@@ -30,7 +30,10 @@ PER_KEY_FIRST = 3
 PER_KEY_LAST = 12
 
 _RANK_PREFIX = re.compile(r"^\[(?P<role>[A-Za-z_]+?)(?P<n>\d+)\]:\s?")
-_NCCL_PREFIX = re.compile(r"^(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] ")
+# `grep -r NCCL logs/` puts the file's name first: `LOG1.0.txt:host:pid:tid [dev] NCCL ...`.
+_NCCL_PREFIX = re.compile(
+    r"^(?:[^\s:]+\.(?:log|txt|out|err):)?(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
+)
 _INLINE_RANK = re.compile(r"\[[Rr]ank ?(?P<n>\d+)\]")
 _FILE_RANK = re.compile(r"(?i)(?:^|[^a-z])rank[_\-.]?(?P<n>\d+)")
 _ELASTIC_DIR = re.compile(
