@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from triage.observations import Frame, RankActivity
 from triage.readers.stacks import build_stack_tree, classify, is_user_code
 
@@ -114,3 +116,27 @@ def test_stack_tree_finds_divergence() -> None:
     assert point.frame == ("main", "/work/job/train.py", 90)
     split = {key[2]: node.ranks for key, node in point.children.items()}
     assert split == {42: {0, 1, 2}, 45: {3}}
+
+
+def test_a_wait_on_async_work_is_a_collective_and_irecv_wait_a_p2p(tmp_path: Path) -> None:
+    """Work.wait() is C++: the user's line is the innermost frame py-spy shows."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        "def finish(pending):\n"
+        "    for work in pending:\n"
+        "        work.wait()\n"
+        "def fetch(buf):\n"
+        "    dist.irecv(buf, src=1).wait()\n"
+        "def think():\n"
+        "    total = sum(range(10))\n"
+    )
+    at = str(script)
+    waiting = classify(stack(("finish", at, 3), ("main", at, 9)), pid=1, rank=0, active=False)
+    assert (waiting.activity, waiting.op) == (RankActivity.collective, "wait")
+    assert waiting.activity.waits_on_peers
+    receiving = classify(stack(("fetch", at, 5)), pid=1, rank=0, active=False)
+    assert (receiving.activity, receiving.op) == (RankActivity.p2p, "irecv")
+    busy = classify(stack(("think", at, 7)), pid=1, rank=0, active=False)
+    assert busy.activity is RankActivity.idle
+    running = classify(stack(("finish", at, 3)), pid=1, rank=0, active=True)
+    assert running.activity is RankActivity.compute  # on CPU: not blocked in the wait

@@ -142,6 +142,13 @@ def leaves_loop(path: str, ahead: int, behind: int) -> bool | None:
     return not (shared and condition(path, ahead, within=shared[0]))
 
 
+def source_line(path: str, line: int) -> str | None:
+    """The stripped text of one line of a readable Python file."""
+    parsed = _module(path)
+    lines = parsed[1].splitlines() if parsed else []
+    return lines[line - 1].strip() if 0 < line <= len(lines) else None
+
+
 def source_available(path: str) -> bool:
     return _module(path) is not None
 

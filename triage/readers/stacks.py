@@ -13,6 +13,7 @@ from typing import Any
 
 from triage.models import Evidence
 from triage.observations import Frame, RankActivity, RankState
+from triage.readers.source import source_line
 from triage.text import bound_text
 
 COLLECTIVE_OPS = frozenset(
@@ -46,6 +47,9 @@ _DIST = re.compile(r"(^|/)torch/distributed/")
 _DATA = re.compile(r"(^|/)torch/utils/data/|(^|/)multiprocessing/(queues|connection)\.py$")
 _IO = re.compile(r"(^|/)torch/serialization\.py$|(^|/)(shutil|tempfile|pickle)\.py$")
 _LOCKS = re.compile(r"(^|/)(threading|queue|concurrent/futures/_base)\.py$")
+_FUTURES = re.compile(r"(^|/)torch/futures/")
+_WAIT_CALL = re.compile(r"\.wait\(\s*(?:timeout\s*=\s*[^)]*)?\)")
+_P2P_CALL = re.compile(r"\b(irecv|isend)\(")
 _DEBUGGER = re.compile(r"(^|/)(pdb|bdb|debugpy/|pydevd)")
 _BACKWARD = frozenset({"_engine_run_backward", "backward"})
 
@@ -191,6 +195,9 @@ def _find_activity(
     innermost = frames[0]
     if _DIST.search(innermost.file):
         return RankActivity.collective, _op_name(innermost), f"inside {innermost.file}", innermost
+    waited = _async_wait(frames) if active is not True else None
+    if waited is not None:
+        return waited
     if _op_name(innermost) in _BACKWARD and is_torch(innermost.file) and active is False:
         return (
             RankActivity.collective,
@@ -212,6 +219,26 @@ def _find_activity(
     if active is False:
         return RankActivity.idle, None, "idle outside any collective (sleep, I/O or input)", None
     return RankActivity.compute, None, "running outside any collective", None
+
+
+def _async_wait(
+    frames: Sequence[Frame],
+) -> tuple[RankActivity, str | None, str, Frame | None] | None:
+    """A rank blocked in `work.wait()` of a collective issued with async_op=True (or a
+    `torch.futures` wait): the C++ wait leaves no torch.distributed frame, only the user's
+    line, so the line's text says it waits on peers."""
+    frame = frames[1] if _FUTURES.search(frames[0].file) and len(frames) > 1 else frames[0]
+    if not is_user_code(frame.file) or frame.line is None:
+        return None
+    text = source_line(frame.file, frame.line) or ""
+    if not _WAIT_CALL.search(text):
+        return None
+    p2p = _P2P_CALL.search(text)
+    if p2p:
+        detail = f"waits on its {p2p.group(1)}() request (`{text[:80]}`)"
+        return RankActivity.p2p, p2p.group(1), detail, frame
+    detail = f"waits on an async collective's work (`{text[:80]}`)"
+    return RankActivity.collective, "wait", detail, frame
 
 
 @dataclass
