@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.conftest import triage_cli
@@ -126,3 +129,18 @@ def test_an_early_dump_is_the_one_the_stack_tool_reads(
     run = REGISTRY.run("dump_stacks", {"pids": [python_sleeper.pid], "with_locals": False})
     assert early.returncode is not None and pyspy._early == {}  # consumed, not run again
     assert [e.kind for e in run.evidence] == ["stack"]
+
+
+def test_a_stopped_rank_is_named_stopped_not_lost(python_sleeper: subprocess.Popen[bytes]) -> None:
+    """py-spy cannot read a SIGSTOPped process; its state says where it is."""
+    os.kill(python_sleeper.pid, signal.SIGSTOP)
+    try:
+        proc = psutil.Process(python_sleeper.pid)
+        deadline = time.monotonic() + 10
+        while proc.status() != psutil.STATUS_STOPPED and time.monotonic() < deadline:
+            time.sleep(0.01)  # polled: the stop lands asynchronously
+        run = REGISTRY.run("dump_stacks", {"pids": [python_sleeper.pid], "timeout_s": 10})
+    finally:
+        os.kill(python_sleeper.pid, signal.SIGCONT)
+    (stack,) = [e for e in run.evidence if e.kind == "stack"]
+    assert stack.data["activity"] == "stopped" and not run.gaps

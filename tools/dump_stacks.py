@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import socket
 
+import psutil
+
 from triage.models import Evidence, Gap
-from triage.observations import RankState
+from triage.observations import RankActivity, RankState
 from triage.readers import pyspy
 from triage.readers.stacks import (
     GROUP_SETUP_OPS,
@@ -39,6 +41,14 @@ def _needs_locals(dump: pyspy.Dump, ranks_by_pid: dict[int, int]) -> bool:
     main = pick_main_thread(dump.threads or [])
     names = {str(f.get("name", "")).rsplit(".", 1)[-1] for f in (main or {}).get("frames") or []}
     return bool(names & (P2P_OPS | GROUP_SETUP_OPS))
+
+
+def _stopped(pid: int) -> bool:
+    """Whether the process is stopped (state T: SIGSTOP, SIGTSTP, a tracer's stop)."""
+    try:
+        return psutil.Process(pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+    except psutil.Error:
+        return False
 
 
 def _spawn_index(state: RankState) -> int | None:
@@ -78,6 +88,16 @@ def dump_stacks(
     gaps: list[Gap] = []
     for dump in dumps:
         rank = ranks_by_pid.get(dump.pid)
+        if dump.threads is None and _stopped(dump.pid):
+            state = RankState(
+                rank=rank,
+                pid=dump.pid,
+                host=host,
+                activity=RankActivity.stopped,
+                detail="stopped by a signal (no stack: py-spy cannot read a stopped process)",
+            )
+            evidence.append(stack_evidence(state, f"pid:{dump.pid}"))
+            continue
         if dump.threads is None:
             gaps.append(
                 Gap(

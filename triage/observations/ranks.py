@@ -72,6 +72,7 @@ class RankActivity(StrEnum):
     idle = "idle"
     lock = "lock"
     debugger = "debugger"
+    stopped = "stopped"
     unknown = "unknown"
 
     @property

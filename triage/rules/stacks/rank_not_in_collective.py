@@ -17,6 +17,8 @@ _ADVICE = {
     RankActivity.idle: "a blocking call outside torch.distributed (sleep, input, socket, subprocess)",
     RankActivity.lock: "a lock, queue or thread join",
     RankActivity.debugger: "a debugger breakpoint",
+    RankActivity.stopped: "a stopped state (SIGSTOP or SIGTSTP: `kill -STOP`, job control, a "
+    "debugger): it runs nothing until SIGCONT",
     RankActivity.unknown: "code py-spy could not attribute",
 }
 
