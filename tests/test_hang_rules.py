@@ -247,3 +247,48 @@ def test_source_of_another_host_is_found_under_the_working_directory(
     assert source.innermost_loop(recorded, 4) is not None
     assert source.rank_condition("/home/alice/jobs/proj/missing.py", 4) is None
     source._module.cache_clear()
+
+
+ASYNC = """\
+import torch.distributed as dist
+
+
+def train(rank, batches, grads):
+    for step in batches:
+        pending = []
+        for g in grads:
+            if not (rank == 2 and step == 3):
+                pending.append(dist.all_reduce(g, async_op=True))
+        finish(pending)
+    dist.barrier()
+
+
+def finish(pending):
+    for work in pending:
+        work.wait()
+"""
+
+
+def test_a_rank_that_skipped_an_async_collective_is_not_past_the_loop(tmp_path: Path) -> None:
+    """The others wait in work.wait() (in another function, no `if` on their lines); the
+    rank at the final barrier skipped the async all_reduce under the rank-dependent `if`."""
+    f = tmp_path / "train.py"
+    f.write_text(ASYNC)
+    at = str(f)
+
+    def stacked(rank: int, frames: list[Frame]) -> RankState:
+        return classify(frames, pid=1000 + rank, rank=rank, active=False)
+
+    waiting = [
+        stacked(
+            r,
+            [Frame(function="finish", file=at, line=16), Frame(function="train", file=at, line=10)],
+        )
+        for r in (0, 1, 3)
+    ]
+    barrier = Frame(function="barrier", file=C10D, line=100)
+    culprit = stacked(2, [barrier, Frame(function="train", file=at, line=11)])
+    top = report_of(culprit, *waiting).hypotheses[0]
+    assert top.cause_id == "hang.mismatched_collective", top
+    assert top.ranks == [2] and top.location and top.location.line == 9
+    assert "if not (rank == 2 and step == 3):" in top.summary

@@ -20,6 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MAX_SOURCE_BYTES = 2_000_000
+#: torch.distributed calls whose skipping on one rank leaves the others waiting.
+_COLLECTIVE_CALLS = frozenset(
+    {
+        "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "broadcast",
+        "broadcast_object_list", "reduce", "reduce_scatter", "reduce_scatter_tensor",
+        "all_to_all", "all_to_all_single", "barrier", "gather", "scatter",
+    }
+)  # fmt: skip
 _RANKISH = re.compile(r"rank|is_main|main_process|is_master|local_rank|get_rank|master", re.I)
 
 
@@ -139,7 +147,34 @@ def leaves_loop(path: str, ahead: int, behind: int) -> bool | None:
     shared = [loop for loop in loops if loop.start <= ahead <= loop.end]
     if len(shared) == len(loops):
         return False
+    skipped = skippable_collective(path, loops[0], before=behind)
+    if skipped is not None:
+        return False  # a rank that skipped the collective under the `if` ran out early too
     return not (shared and condition(path, ahead, within=shared[0]))
+
+
+def skippable_collective(
+    path: str, loop: Block, before: int | None = None
+) -> tuple[Block, int] | None:
+    """A collective called under a rank-dependent `if` inside `loop` (above line `before`,
+    where the other ranks wait, when given): the `if` and the call's line. A rank that
+    skipped it runs out of collectives one call early, which looks like leaving the loop
+    early (uneven inputs) from the stacks alone."""
+    parsed = _module(path)
+    if parsed is None:
+        return None
+    for node in ast.walk(parsed[0]):
+        if not (isinstance(node, ast.Call) and loop.start <= node.lineno <= loop.end):
+            continue
+        if before is not None and node.lineno >= before:
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else ""
+        if name not in _COLLECTIVE_CALLS:
+            continue
+        block = rank_condition(path, node.lineno)
+        if block is not None and loop.start <= block.start <= loop.end:
+            return block, node.lineno
+    return None
 
 
 def source_line(path: str, line: int) -> str | None:

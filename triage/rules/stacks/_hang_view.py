@@ -13,6 +13,7 @@ from triage.readers.source import (
     innermost_loop,
     leaves_loop,
     rank_condition,
+    skippable_collective,
     source_available,
 )
 from triage.registry import EvidenceSet
@@ -159,6 +160,23 @@ def branch_of(group: StateGroup, others: list[StateGroup]) -> tuple[Block, Frame
         block = condition(frame.file, frame.line, within=loop) if loop else None
         if block is not None:
             return block, frame
+    return None
+
+
+def skipped_branch(group: StateGroup, others: list[StateGroup]) -> tuple[Block, Frame] | None:
+    """A collective under a rank-dependent `if` in the loop the others still run, which
+    this group may have skipped (its own lines are in no branch): the `if` and the call."""
+    for other in others:
+        split = split_point(group.first, other.first)
+        if split is None or split[2].line is None:
+            continue
+        frame = split[2]
+        assert frame.line is not None
+        loop = innermost_loop(frame.file, frame.line)
+        found = skippable_collective(frame.file, loop, before=frame.line) if loop else None
+        if found is not None:
+            block, line = found
+            return block, Frame(function=frame.function, file=frame.file, line=line)
     return None
 
 

@@ -14,6 +14,7 @@ from triage.rules.stacks._hang_view import (
     coverage_factor,
     hang_view,
     past_the_loop,
+    skipped_branch,
 )
 
 
@@ -61,8 +62,10 @@ def mismatched_collective(evidence: EvidenceSet) -> Iterator[Finding]:
         return
     culprit = _culprit(majority, others)
     rest = [g for g in blocked if g is not culprit]
-    branch = branch_of(culprit, rest) or next(
-        (found for g in rest if (found := branch_of(g, [culprit]))), None
+    branch = (
+        branch_of(culprit, rest)
+        or next((found for g in rest if (found := branch_of(g, [culprit]))), None)
+        or skipped_branch(culprit, rest)
     )
     same_op = {g.first.op for g in blocked}
     how = (

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from triage.models import Finding
 from triage.observations import RankActivity, RankState
 from triage.registry import EvidenceSet, rule
-from triage.rules.stacks._hang_view import coverage_factor, hang_view
+from triage.rules.stacks._hang_view import StateGroup, coverage_factor, hang_view
 from triage.text import format_ranks
 
 _SENDS = {"send", "isend", "send_object_list"}
@@ -21,7 +21,9 @@ def p2p_deadlock(evidence: EvidenceSet) -> Iterator[Finding]:
     What it detects:
     Ranks blocked in point-to-point ops where the peer is not in the matching op: both
     sides of a pair receive first (or both send first), or a recv names a source that is
-    itself waiting for someone else, closing a cycle.
+    itself waiting for someone else, closing a cycle; or a few ranks in send/recv (or an
+    `irecv().wait()`) while every other rank waits in a collective: the other side is
+    never posted.
 
     Why it happens:
     Symmetric code (`recv` then `send` on every rank), pipeline schedules whose order
@@ -58,6 +60,8 @@ def p2p_deadlock(evidence: EvidenceSet) -> Iterator[Finding]:
             f"all of them {kinds.pop()} first, so no {'send' if 'recv' in kinds else 'recv'} is ever posted",
             0.8,
         )
+    elif (unmatched := _unmatched(p2p, view.groups)) is not None:
+        culprits, how, confidence = unmatched
     else:
         return
     states = [by_rank[r] for r in culprits if r in by_rank] or p2p
@@ -79,6 +83,25 @@ def p2p_deadlock(evidence: EvidenceSet) -> Iterator[Finding]:
             "odd ranks receive first, or post both with dist.batch_isend_irecv([...]) and wait on all."
         ),
     )
+
+
+def _unmatched(
+    p2p: list[RankState], groups: list[StateGroup]
+) -> tuple[list[int], str, float] | None:
+    """A few ranks block in send/recv while every other rank waits in a collective: nobody
+    will post the other side (an irecv for a message no rank sends, a send nobody reads)."""
+    others = [s for g in groups for s in g.states if s.activity is not RankActivity.p2p]
+    if not others or len(p2p) * 2 > len(p2p) + len(others):
+        return None
+    if not all(s.activity is RankActivity.collective for s in others):
+        return None
+    ops = sorted({str(s.op) for s in others})
+    culprits = sorted(s.rank for s in p2p if s.rank is not None)
+    how = (
+        f"every other rank waits in {', '.join(ops)}, so the matching "
+        f"{'send' if _kind(p2p[0]) == 'recv' else 'recv'} is never posted"
+    )
+    return culprits, how, 0.7
 
 
 def _kind(state: RankState) -> str | None:
