@@ -28,6 +28,7 @@ _COLLECTIVE_CALLS = frozenset(
         "all_to_all", "all_to_all_single", "barrier", "gather", "scatter",
     }
 )  # fmt: skip
+_EXCLUDES = re.compile(r"\bnot\b|!=")
 _RANKISH = re.compile(r"rank|is_main|main_process|is_master|local_rank|get_rank|master", re.I)
 
 
@@ -156,10 +157,11 @@ def leaves_loop(path: str, ahead: int, behind: int) -> bool | None:
 def skippable_collective(
     path: str, loop: Block, before: int | None = None
 ) -> tuple[Block, int] | None:
-    """A collective called under a rank-dependent `if` inside `loop` (above line `before`,
-    where the other ranks wait, when given): the `if` and the call's line. A rank that
-    skipped it runs out of collectives one call early, which looks like leaving the loop
-    early (uneven inputs) from the stacks alone."""
+    """A collective called under a rank-dependent `if` that leaves some ranks out (`not`,
+    `!=`) inside `loop` (above line `before`, where the other ranks wait, when given): the
+    `if` and the call's line. A rank that skipped it runs out of collectives one call early,
+    which looks like leaving the loop early (uneven inputs) from the stacks alone; an `if
+    rank == 0:` runs on one rank only and cannot explain the others' wait."""
     parsed = _module(path)
     if parsed is None:
         return None
@@ -172,7 +174,11 @@ def skippable_collective(
         if name not in _COLLECTIVE_CALLS:
             continue
         block = rank_condition(path, node.lineno)
-        if block is not None and loop.start <= block.start <= loop.end:
+        if (
+            block is not None
+            and loop.start <= block.start <= loop.end
+            and _EXCLUDES.search(block.text)
+        ):
             return block, node.lineno
     return None
 
