@@ -26,11 +26,14 @@ Prints a table per fault type and way, a calibration table over every verdict, t
 misses (what was expected, what the top hypothesis said) and the revision of the checkout
 each job ran against. The full matrix (172 jobs) takes about 50 minutes on 2 cores with
 `--jobs 4`, mostly spent importing torch; `--slice` is the fixed two-rank set that
-tests/test_fault_matrix_slice.py runs, under a minute. `--keep DIR` keeps each job's logs,
-dumps and triage reports, to see what triage saw.
+tests/test_fault_matrix_slice.py runs, under a minute. `--json` is rewritten after every
+job and `--resume` runs only the jobs not in it yet, so a run killed half-way goes on
+where it stopped. `--keep DIR` keeps each job's logs, dumps and triage reports, to see
+what triage saw.
 
     python bench/fault_matrix.py [--jobs N] [--filter SUBSTR] [--ways live,fr,logs]
-                                 [--slice] [--json OUT] [--timeout S] [--keep DIR] [--list]
+                                 [--slice] [--json OUT [--resume]] [--timeout S]
+                                 [--keep DIR] [--list]
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from typing import IO, Any
 
 import psutil
 
+import triage
 from triage.job.probe_signal import request_snapshots
 from triage.scenarios import (
     ARMED_LINE,
@@ -70,15 +74,17 @@ FAULTS = REPO / "bench" / "faults"
 WAYS = ("live", "fr", "logs")
 BUCKETS = ((0.8, 1.01), (0.5, 0.8), (0.3, 0.5), (0.0, 0.3))
 #: The jobs' gloo timeout: long enough for the live and fr ways to finish while the job
-#: hangs (they take a few seconds), short so the logs way does not wait long.
-TIMEOUT_S = 15.0
+#: hangs (seconds, but many more on a loaded machine), short so the logs way does not wait
+#: long.
+TIMEOUT_S = 30.0
 #: The slice's jobs are small and run two at a time: they are quick to stall.
 SLICE_TIMEOUT_S = 10.0
 #: Seconds a job may take after its gloo timeout before it is given up.
 SLACK_S = 240.0
 POLL_S = 0.3
-#: Seconds to wait for the probes' dumps: a stopped rank, or one whose GIL is held, never answers.
-PROBE_WAIT_S = 5.0
+#: Seconds to wait for the probes' dumps: a stopped rank, or one whose GIL is held, never
+#: answers; on a loaded machine the others may take seconds.
+PROBE_WAIT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -568,11 +574,13 @@ def judge(score: Score, job: Job, report: dict[str, Any]) -> Score:
 
 
 def revision() -> str:
-    """The checkout's commit, `+dirty` with uncommitted changes: triage may change while a
-    long matrix runs, and verdicts from two versions must not be read as one."""
+    """The commit of the checkout triage is imported from, `+dirty` with uncommitted
+    changes: triage may change while a long matrix runs, and verdicts from two versions
+    must not be read as one. (To pin one, run against a clone: PYTHONPATH=CLONE.)"""
+    checkout = Path(triage.__file__).resolve().parent.parent
     try:
         head = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+            ["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
             capture_output=True,
             text=True,
             timeout=10,
@@ -582,7 +590,7 @@ def revision() -> str:
             [
                 "git",
                 "-C",
-                str(REPO),
+                str(checkout),
                 "status",
                 "--porcelain",
                 "--untracked-files=no",
@@ -679,11 +687,16 @@ def run_all(
     parallel: int,
     timeout_s: float,
     keep: Path | None = None,
+    json_out: Path | None = None,
+    earlier: Sequence[Score] = (),
     quiet: bool = False,
 ) -> list[Score]:
-    """Run the jobs, `parallel` at a time; one progress line per job on stderr."""
+    """Run the jobs, `parallel` at a time, one progress line per job on stderr; return
+    their scores. With `json_out`, every score so far (`earlier` first) is saved there
+    after each job, so a run killed half-way keeps what it finished (see --resume)."""
     lock = threading.Lock()
     finished: list[str] = []
+    collected = list(earlier)
 
     def one(item: tuple[Job, Sequence[str]]) -> list[Score]:
         job, ways = item
@@ -697,6 +710,9 @@ def run_all(
                 score.error = f"the benchmark failed on this job: {exc!r}"
         with lock:
             finished.append(job.id)
+            collected.extend(scores)
+            if json_out is not None:
+                save(json_out, collected)
             if not quiet:
                 marks = " ".join(f"{s.way}:{_mark(s)}" for s in scores)
                 secs = scores[0].seconds if scores else 0.0
@@ -715,6 +731,16 @@ def run_all(
             launch.close()
         pool.shutdown(wait=True, cancel_futures=True)
     return [s for scores in results for s in scores]
+
+
+def save(path: Path, scores: Sequence[Score]) -> None:
+    part = path.with_name(path.name + ".part")
+    part.write_text(json.dumps([asdict(s) for s in scores], indent=1))
+    part.replace(path)
+
+
+def load(path: Path) -> list[Score]:
+    return [Score(**row) for row in json.loads(path.read_text())]
 
 
 def _mark(score: Score) -> str:
@@ -843,6 +869,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--slice", action="store_true", help="The small fixed CI slice.")
     parser.add_argument("--json", type=Path, help="Write every per-job score here.")
     parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="Keep the scores already in the --json file and run only the other jobs.",
+    )
+    parser.add_argument(
         "--timeout",
         type=float,
         help=f"Gloo timeout of the jobs, s (default {TIMEOUT_S:g}; {SLICE_TIMEOUT_S:g} with --slice).",
@@ -857,6 +888,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown ways {sorted(unknown)}; choose from {', '.join(WAYS)}")
     jobs = select(args.filter, ways, args.slice)
+    if args.resume and args.json is None:
+        parser.error("--resume needs --json")
+    earlier = load(args.json) if args.resume and args.json.exists() else []
+    jobs = [(job, w) for job, w in jobs if job.id not in {s.job for s in earlier}]
     if args.list:
         print("\n".join(f"{job.id}  {','.join(w for w in WAYS if w in job.fault.ways and w in ws)}"
                         for job, ws in jobs))  # fmt: skip
@@ -865,16 +900,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.keep is not None:
         args.keep.mkdir(parents=True, exist_ok=True)
     timeout_s = args.timeout or (SLICE_TIMEOUT_S if args.slice else TIMEOUT_S)
-    scores = run_all(jobs, args.jobs, timeout_s, args.keep)
+    scores = [*earlier, *run_all(jobs, args.jobs, timeout_s, args.keep, args.json, earlier)]
     print(render(scores))
-    print(f"{len(jobs)} jobs, {len(scores)} verdicts in {time.monotonic() - started:.0f}s")
+    resumed = len({s.job for s in earlier})
+    print(
+        f"{len({s.job for s in scores})} jobs, {len(scores)} verdicts"
+        + (f" ({resumed} jobs from the earlier run)" if resumed else "")
+        + f"; this run took {time.monotonic() - started:.0f}s"
+    )
     seen = sorted({s.triage for s in scores})
     print(
         f"triage revision: {', '.join(seen)}"
         + (" (it changed during the run)" if len(seen) > 1 else "")
     )
     if args.json:
-        args.json.write_text(json.dumps([asdict(s) for s in scores], indent=1))
+        save(args.json, scores)
     return 0
 
 

@@ -617,9 +617,13 @@ _LOOP_CALLS = {
 }
 
 
-def loop_log(rank: int, op: str, script: str, direction: str = "recv") -> str:
+def loop_log(rank: int, op: str, script: str, direction: str = "recv", error: str = "") -> str:
     line, code, src = _LOOP_CALLS[op]
     buffer = "unbound_buffer.cc:78" if direction == "recv" else "unbound_buffer.cc:129"
+    error = error or (
+        f"RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/{buffer}] "
+        f"Timed out waiting 5000ms for {direction} operation to complete"
+    )
     return (
         "\n".join(
             f"[rank{rank}]: {text}"
@@ -633,8 +637,7 @@ def loop_log(rank: int, op: str, script: str, direction: str = "recv") -> str:
                 "    return func(*args, **kwargs)",
                 f'  File "{SITE}/distributed_c10d.py", line {src}, in {op}',
                 "    work.wait()",
-                f"RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/{buffer}] "
-                f"Timed out waiting 5000ms for {direction} operation to complete",
+                error,
             )
         )
         + "\n"
@@ -665,6 +668,24 @@ def test_timed_out_tracebacks_at_another_call_under_a_rank_branch(tmp_path: Path
     assert top.cause_id == "hang.mismatched_collective"
     assert top.ranks == [0]
     assert "if branch and rank == 0" in top.summary
+
+
+def test_a_rank_whose_peer_closed_first_still_stood_in_its_own_collective(tmp_path: Path) -> None:
+    """The rank that timed out exits; its peer, waiting in another collective, sees only the
+    closed connection. Its traceback still says which collective it stood in."""
+    script = _write(tmp_path, "loop.py", LOOP_SCRIPT)
+    closed = (
+        "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] "
+        "Connection closed by peer [127.0.0.1]:41562"
+    )
+    logs = {
+        "rank0.log": loop_log(0, "broadcast", script, "send", error=closed),
+        "rank1.log": loop_log(1, "all_reduce", script),
+    }
+    top = diagnose(tmp_path, logs)[0]
+    assert top.cause_id == "hang.mismatched_collective"
+    assert top.ranks == [0]
+    assert top.location is not None and top.location.line == 16
 
 
 # --- NCCL watchdog (public reports) ---------------------------------------------------------

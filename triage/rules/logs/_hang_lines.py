@@ -271,20 +271,33 @@ def _build(evidence: EvidenceSet) -> HangLog:
 
 
 def _timeout_stacks(evidence: EvidenceSet) -> list[tuple[Evidence, RankState]]:
-    """Each rank's last traceback of a timed-out collective, read as its stack at the hang."""
+    """Each rank's last traceback of a timed-out collective, read as its stack at the hang.
+
+    A rank whose collective ended in a closed connection instead (its peer timed out first
+    and exited) stood in that collective all the same: its traceback counts too, once some
+    rank's own timeout shows the job hung rather than crashed.
+    """
     records = [(i, r, r.rank) for i, r in tracebacks(evidence, dumps=False) if r.rank is not None]
     if not records:  # a live hang has none: spare it loading the whole signature table
         return []
     table = signatures.load()
-    names = (*TIMEOUTS, "hang.monitored_barrier_peer")
-    latest: dict[int, tuple[Evidence, RankState]] = {}
+    timeouts = [table[n] for n in (*TIMEOUTS, "hang.monitored_barrier_peer")]
+    peers = [sig for sig in table.values() if sig.peer_symptom]
+    timed: dict[int, tuple[Evidence, RankState]] = {}
+    closed: dict[int, tuple[Evidence, RankState]] = {}
     for item, record, rank in records:
-        if not any(table[n].match(record.message) for n in names):
+        if any(sig.match(record.message) is not None for sig in timeouts):
+            into = timed
+        elif any(sig.match(record.message) is not None for sig in peers):
+            into = closed
+        else:
             continue
         state = classify(record.frames, pid=-1 - rank, rank=rank)
         if state.activity.waits_on_peers:
-            latest[rank] = (item, state)
-    return list(latest.values())
+            into[rank] = (item, state)
+    if not timed:
+        return []
+    return [*timed.values(), *(v for r, v in closed.items() if r not in timed)]
 
 
 def _trace_split(stacks: list[tuple[Evidence, RankState]]) -> TraceSplit | None:

@@ -169,7 +169,8 @@ def _quiet(evidence: EvidenceSet, view: HangLog, dead: set[int]) -> list[_Case]:
     """Ranks that log but report no timeout while others time out."""
     if not view.waiting:
         return []
-    quiet = sorted(view.present - set(view.waiting) - dead - set(view.barrier_missing))
+    traced = {s.rank for g in view.traced.groups for s in g.states} if view.traced else set()
+    quiet = sorted(view.present - set(view.waiting) - dead - set(view.barrier_missing) - traced)
     if not quiet:
         return []
     peer_errors = {s.rank for _, s in signals(evidence) if s.peer_symptom and s.rank is not None}
