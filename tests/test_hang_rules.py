@@ -292,3 +292,74 @@ def test_a_rank_that_skipped_an_async_collective_is_not_past_the_loop(tmp_path: 
     assert top.cause_id == "hang.mismatched_collective", top
     assert top.ranks == [2] and top.location and top.location.line == 9
     assert "if not (rank == 2 and step == 3):" in top.summary
+
+
+BACKWARD = """\
+import torch
+import torch.distributed as dist
+
+
+class SyncGrad(torch.autograd.Function):
+    @staticmethod
+    def backward(ctx, grad):
+        if ctx.sync:
+            dist.all_reduce(grad)
+        return grad, None
+
+
+def train(rank, batches, net):
+    for step in batches:
+        loss = net(step)
+        loss.backward()
+    dist.barrier()
+"""
+
+
+def _backward_hang(tmp_path: Path, text: str) -> Report:
+    f = tmp_path / "train.py"
+    f.write_text(text)
+    at = str(f)
+    all_reduce = Frame(function="all_reduce", file=C10D, line=100)
+    engine = Frame(function="_engine_run_backward", file=f"{SITE}/torch/autograd/graph.py", line=9)
+    waiting = [
+        classify(
+            [
+                all_reduce,
+                Frame(function="SyncGrad.backward", file=at, line=9),
+                engine,
+                Frame(function="train", file=at, line=16),
+            ],
+            pid=1000 + r,
+            rank=r,
+            active=False,
+        )
+        for r in (0, 1, 3)
+    ]
+    barrier = Frame(function="barrier", file=C10D, line=100)
+    culprit = classify(
+        [barrier, Frame(function="train", file=at, line=17)], pid=1002, rank=2, active=False
+    )
+    return report_of(culprit, *waiting)
+
+
+def test_others_waiting_in_a_conditional_collective_rank_a_skip_and_uneven_inputs_close(
+    tmp_path: Path,
+) -> None:
+    """The others wait in an all_reduce under `if ctx.sync:` in an autograd Function's
+    backward; the rank at the final barrier may have had it false once (a skip) or run
+    fewer steps: both hypotheses, close, the skip first, neither at 0.8."""
+    found = _backward_hang(tmp_path, BACKWARD).hypotheses
+    top, second = found[0], found[1]
+    assert top.cause_id == "hang.mismatched_collective", found
+    assert top.ranks == [2] and top.location and top.location.line == 9
+    assert "`if ctx.sync:`" in top.summary and "step count" in top.summary
+    assert second.cause_id == "hang.uneven_inputs"
+    assert top.confidence < 0.8 and top.confidence - second.confidence <= 0.15
+
+
+def test_a_guard_every_rank_answers_alike_leaves_uneven_inputs_alone(tmp_path: Path) -> None:
+    found = _backward_hang(
+        tmp_path, BACKWARD.replace("if ctx.sync:", "if dist.is_initialized():")
+    ).hypotheses
+    assert found[0].cause_id == "hang.uneven_inputs" and found[0].confidence >= 0.8
+    assert "hang.mismatched_collective" not in {h.cause_id for h in found}

@@ -29,6 +29,9 @@ _COLLECTIVE_CALLS = frozenset(
     }
 )  # fmt: skip
 _EXCLUDES = re.compile(r"\bnot\b|!=")
+_UNIFORM = re.compile(
+    r"is_initialized|is_available|world_size|get_world_size|distributed|\bddp\b|n_?gpus?\b", re.I
+)
 _RANKISH = re.compile(r"rank|is_main|main_process|is_master|local_rank|get_rank|master", re.I)
 
 
@@ -119,6 +122,14 @@ def condition(path: str, line: int, within: Block | None = None) -> Block | None
         if within is None or within.start <= b.start <= within.end
     )
     return next(inside, None)
+
+
+def guard(path: str, line: int, within: Block | None) -> Block | None:
+    """The innermost `if` around `line` inside `within` whose test may differ across ranks:
+    tests every rank answers alike (`dist.is_initialized()`, `world_size > 1`) guard a
+    collective on all ranks or none, so they are left out."""
+    found = condition(path, line, within=within)
+    return None if found is None or _UNIFORM.search(found.text) else found
 
 
 def is_rank_dependent(block: Block) -> bool:

@@ -9,6 +9,7 @@ from triage.models import Evidence, Location
 from triage.observations import FRSide, FRStuckGroup
 from triage.readers.source import (
     Block,
+    guard,
     innermost_function,
     leaves_loop,
     rank_condition,
@@ -116,6 +117,16 @@ def rank_branch(sides: list[FRSide | None]) -> tuple[Block, Location] | None:
             if block is not None:
                 return block, loc
     return None
+
+
+def guarded_call(side: FRSide | None) -> tuple[Block, Location] | None:
+    """The `if` around this side's call, in its own function, whose test may differ per
+    rank (`if ctx.sync:`, `if loss < best:`): ranks where it was false skipped the call."""
+    loc = location(side)
+    if loc is None or loc.line is None:
+        return None
+    block = guard(loc.file, loc.line, innermost_function(loc.file, loc.line))
+    return (block, loc) if block is not None else None
 
 
 def _under_rank_condition(side: FRSide) -> bool:

@@ -10,6 +10,7 @@ from triage.registry import EvidenceSet, rule
 from triage.rules.fr._stuck_groups import (
     apart_by_the_loop,
     coverage,
+    guarded_call,
     is_subgroup,
     location,
     rank_branch,
@@ -67,7 +68,18 @@ def fr_mismatched_collective(evidence: EvidenceSet) -> Iterator[Finding]:
         sides = "; ".join(s.describe() for s in (normal, *culprits) if s)
         confidence = (0.6 if tie else 0.9 if odd else 0.7) * coverage(point)
         branch = rank_branch([*culprits, normal])
-        if branch is not None:
+        skipped = guarded_call(normal) if branch is None and not guarded_call(first) else None
+        at = location(first)
+        if skipped is not None:
+            block, at = skipped
+            fix = (
+                f"the group's call at {Path(at.file).name}:{at.line} runs only under "
+                f"`{block.text}` (line {block.start}), a test that can differ per rank: rank "
+                f"{format_ranks(ranks)}, skipping it once, reached its next collective early. "
+                "Make the test the same on every rank (all_reduce the flag first) or run the "
+                "collective unconditionally."
+            )
+        elif branch is not None:
             block, loc = branch
             fix = (
                 f"`{block.text}` at {Path(loc.file).name}:{block.start} decides per rank which"
@@ -88,8 +100,10 @@ def fr_mismatched_collective(evidence: EvidenceSet) -> Iterator[Finding]:
             f"collective seq {point.seq}: {sides}."
             + (" The sides are the same size; check both call sites." if tie else ""),
             ranks=ranks,
-            location=location(first),
-            other_locations=[loc for loc in [location(normal)] if loc],
+            location=at,
+            other_locations=[
+                loc for loc in [location(first), location(normal)] if loc and loc != at
+            ],
             confidence=round(confidence, 3),
             evidence=[item.id, *(point.side_evidence_id(s) for s in culprits)][:6],
             fix=f"Make every rank call the same collectives in the same order. {fix}",

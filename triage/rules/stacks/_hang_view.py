@@ -10,6 +10,8 @@ from triage.observations import Frame, MissingRank, RankActivity, RankProcess, R
 from triage.readers.source import (
     Block,
     condition,
+    guard,
+    innermost_function,
     innermost_loop,
     leaves_loop,
     rank_condition,
@@ -40,6 +42,10 @@ class StateGroup:
         ranks = self.ranks
         word = "rank" if len(self.states) == 1 else "ranks"
         return f"{word} {format_ranks(ranks)}" if ranks else f"pid {self.first.pid}"
+
+    def verb(self, plural: str, singular: str) -> str:
+        """The verb agreeing with the label: 'rank 2 stands', 'ranks 0-1 stand'."""
+        return singular if len(self.states) == 1 else plural
 
     @property
     def waits(self) -> bool:
@@ -177,6 +183,33 @@ def skipped_branch(group: StateGroup, others: list[StateGroup]) -> tuple[Block, 
         if found is not None:
             block, line = found
             return block, Frame(function=frame.function, file=frame.file, line=line)
+    return None
+
+
+def conditional_wait(waiting: StateGroup, ahead: StateGroup) -> tuple[Block, Frame] | None:
+    """The `if` around the collective `waiting` blocks in, below where its path parts from
+    `ahead`'s (in the loop there, or in a function called from it: a hook, an autograd
+    Function's backward, a helper), whose test may differ per rank: the `if` and the call.
+
+    A rank for which that test was false on one step skipped that collective, ran out of
+    collectives one call early and left the loop first: from the stacks alone it looks
+    exactly like a rank that ran fewer steps.
+    """
+    split = split_point(ahead.first, waiting.first)
+    if split is None:
+        return None
+    depth, _, frame = split
+    if frame.line is None:
+        return None
+    loop = innermost_loop(frame.file, frame.line)
+    if loop is not None and (block := guard(frame.file, frame.line, loop)) is not None:
+        return block, frame
+    for deeper in reversed(waiting.first.call_path[depth + 1 :]):
+        if deeper.line is None:
+            continue
+        function = innermost_function(deeper.file, deeper.line)
+        if function is not None and (block := guard(deeper.file, deeper.line, function)):
+            return block, deeper
     return None
 
 

@@ -9,8 +9,10 @@ from triage.observations import RankActivity
 from triage.readers.source import is_rank_dependent
 from triage.registry import EvidenceSet, rule
 from triage.rules.stacks._hang_view import (
+    HangView,
     StateGroup,
     branch_of,
+    conditional_wait,
     coverage_factor,
     hang_view,
     past_the_loop,
@@ -55,11 +57,13 @@ def mismatched_collective(evidence: EvidenceSet) -> Iterator[Finding]:
         return
     majority = max(blocked, key=lambda g: len(g.states))
     others = [g for g in blocked if g is not majority]
-    if any(
-        past_the_loop(g.first, majority.first) or past_the_loop(majority.first, g.first)
-        for g in others
-    ):
-        return
+    for group in others:
+        if past_the_loop(group.first, majority.first):
+            yield from _skipped(view, finished=group, running=majority)
+            return
+        if past_the_loop(majority.first, group.first):
+            yield from _skipped(view, finished=majority, running=group)
+            return
     culprit = _culprit(majority, others)
     rest = [g for g in blocked if g is not culprit]
     branch = (
@@ -121,6 +125,46 @@ def mismatched_collective(evidence: EvidenceSet) -> Iterator[Finding]:
         confidence=round(confidence * coverage_factor(view), 3),
         evidence=[e for g in blocked for e in g.evidence[:3]],
         fix=f"Every rank must issue the same collectives in the same order: {fix_branch}.",
+    )
+
+
+def _skipped(view: HangView, finished: StateGroup, running: StateGroup) -> Iterator[Finding]:
+    """Ranks past the loop while the others wait in a collective under an `if` whose test
+    may differ per rank: the finished ranks may have skipped it once (or run fewer steps,
+    which stacks.uneven_inputs says, ranked close)."""
+    skip = conditional_wait(running, finished)
+    if skip is None:
+        return
+    block, frame = skip
+    yield Finding(
+        title=(
+            f"{finished.label} may have skipped the collective {running.label} "
+            f"{running.verb('wait', 'waits')} in"
+        ),
+        summary=(
+            f"{running.label.capitalize()} {running.verb('wait', 'waits')} in {running.where()}, "
+            "a call that runs only under "
+            f"`{block.text}` ({frame.file}:{block.start}), while {finished.label} already "
+            f"{finished.verb('stand', 'stands')} "
+            f"after the loop, in {finished.where()}. A rank for which that test was false on one "
+            "step skipped the collective, ran out of collectives one call early and left the "
+            "loop first; a rank that ran fewer steps (hang.uneven_inputs) looks the same. Each "
+            "rank's step count separates the two."
+        ),
+        ranks=finished.ranks,
+        location=frame.location(),
+        other_locations=[g.location for g in (finished, running) if g.location],
+        confidence=round(0.6 * coverage_factor(view), 3),
+        evidence=finished.evidence[:3] + running.evidence[:3],
+        fix=(
+            f"Every rank must issue the same collectives: `{block.text}` at "
+            f"{frame.file}:{block.start} can differ per rank, so make its test the same on every "
+            "rank (all_reduce the flag first) or run the collective unconditionally."
+        ),
+        confirm=(
+            f"{finished.label} logged as many steps as the others (a skip), not fewer (uneven "
+            "inputs); TORCH_DISTRIBUTED_DEBUG=DETAIL names the collective each rank entered"
+        ),
     )
 
 

@@ -6,7 +6,13 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
-from triage.rules.stacks._hang_view import coverage_factor, hang_view, is_exiting, past_the_loop
+from triage.rules.stacks._hang_view import (
+    conditional_wait,
+    coverage_factor,
+    hang_view,
+    is_exiting,
+    past_the_loop,
+)
 
 
 @rule("stacks.uneven_inputs", "hang.uneven_inputs")
@@ -57,12 +63,24 @@ def uneven_inputs(evidence: EvidenceSet) -> Iterator[Finding]:
         else:
             continue
         culprit = group
+        skip = conditional_wait(running, finished)
+        also = ""
+        if skip is not None:
+            block, frame = skip
+            confidence = min(confidence, 0.5)
+            also = (
+                f" Or the same number of steps with one collective fewer: the call they wait in, "
+                f"{frame.file}:{frame.line}, runs only under `{block.text}`, and a rank for which "
+                "that test was false on one step skipped it and ran out early "
+                "(hang.mismatched_collective). Each rank's step count separates the two."
+            )
         yield Finding(
             title=f"{finished.label} left the training loop while {running.label} did not",
             summary=(
-                f"{finished.label.capitalize()} already stand after the loop, in {finished.where()}, "
-                f"while {running.label} still wait inside it, in {running.where()}: the ranks ran "
-                "different numbers of steps."
+                f"{finished.label.capitalize()} already {finished.verb('stand', 'stands')} after the "
+                f"loop, in {finished.where()}, while {running.label} still "
+                f"{running.verb('wait', 'waits')} inside it, in {running.where()}: the ranks ran "
+                f"different numbers of steps.{also}"
             ),
             ranks=culprit.ranks,
             location=culprit.location,
