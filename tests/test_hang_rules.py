@@ -363,3 +363,46 @@ def test_a_guard_every_rank_answers_alike_leaves_uneven_inputs_alone(tmp_path: P
     ).hypotheses
     assert found[0].cause_id == "hang.uneven_inputs" and found[0].confidence >= 0.8
     assert "hang.mismatched_collective" not in {h.cause_id for h in found}
+
+
+MESH = """\
+import torch.distributed as dist
+
+
+def train(rank, bad, batches, stats, grad, tp, dp):
+    for step in batches:
+        if not (rank == bad and step == 3):
+            dist.all_reduce(stats, group=tp)
+        dist.all_reduce(grad, group=dp)
+    dist.barrier()
+"""
+
+
+def test_a_skip_on_one_mesh_dimension_names_the_ranks_past_the_loop(tmp_path: Path) -> None:
+    """A 2x2 mesh: rank 2 skipped its tp all_reduce once. Ranks 0 and 2 reach the final
+    barrier, rank 3 waits in the tp all_reduce under the `if`, rank 1 in the dp one. The
+    skipped call is named; which finished rank is rank 3's partner the stacks cannot say."""
+    f = tmp_path / "train.py"
+    f.write_text(MESH)
+    at = str(f)
+
+    def at_line(rank: int, op: str, line: int) -> RankState:
+        frames = [
+            Frame(function=op, file=C10D, line=100),
+            Frame(function="train", file=at, line=line),
+        ]
+        return classify(frames, pid=1000 + rank, rank=rank, active=False)
+
+    found = report_of(
+        at_line(0, "barrier", 9),
+        at_line(1, "all_reduce", 8),
+        at_line(2, "barrier", 9),
+        at_line(3, "all_reduce", 7),
+    ).hypotheses
+    top = found[0]
+    assert top.cause_id == "hang.mismatched_collective", found
+    assert top.ranks == [0, 2] and top.location and top.location.line == 7, [
+        (h.cause_id, h.confidence, h.ranks, h.summary) for h in found
+    ]
+    assert "hang.uneven_inputs" in top.summary and "step count" in top.summary
+    assert all(h.confidence < 0.8 for h in found)

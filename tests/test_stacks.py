@@ -140,3 +140,37 @@ def test_a_wait_on_async_work_is_a_collective_and_irecv_wait_a_p2p(tmp_path: Pat
     assert busy.activity is RankActivity.idle
     running = classify(stack(("finish", at, 3)), pid=1, rank=0, active=True)
     assert running.activity is RankActivity.compute  # on CPU: not blocked in the wait
+
+
+def test_a_dtensor_gather_is_a_collective_named_by_the_users_call() -> None:
+    """DTensor.full_tensor() waits through torch's op dispatch: the innermost frame is in
+    torch/_ops.py, a functional-collectives wait lies below, the user called full_tensor
+    (frames as py-spy read them from a hung 4-rank gloo job)."""
+    frames = stack(
+        ("OpOverload.redispatch", f"{SITE}/torch/_ops.py", 926),
+        ("make_autograd_impl.<locals>.autograd_impl", f"{SITE}/torch/_library/autograd.py", 147),
+        ("wait_tensor", f"{SITE}/torch/distributed/_functional_collectives.py", 142),
+        (
+            "AsyncCollectiveTensor.wait",
+            f"{SITE}/torch/distributed/_functional_collectives.py",
+            1126,
+        ),
+        ("redistribute_local_tensor", f"{SITE}/torch/distributed/tensor/_redistribute.py", 1841),
+        ("DTensor.redistribute", f"{SITE}/torch/distributed/tensor/_api.py", 813),
+        ("DTensor.full_tensor", f"{SITE}/torch/distributed/tensor/_api.py", 856),
+        ("main", "/job/train.py", 32),
+    )
+    state = classify(frames, pid=1, rank=0, active=False)
+    assert state.activity is RankActivity.collective
+    assert state.op == "full_tensor"
+    assert state.user_frame is not None and state.user_frame.line == 32
+
+
+def test_dtensor_compute_without_a_collective_wait_is_not_a_collective() -> None:
+    frames = stack(
+        ("OpOverload.__call__", f"{SITE}/torch/_ops.py", 800),
+        ("DTensor.__torch_dispatch__", f"{SITE}/torch/distributed/tensor/_api.py", 350),
+        ("main", "/job/train.py", 30),
+    )
+    state = classify(frames, pid=1, rank=0, active=True)
+    assert state.activity is not RankActivity.collective

@@ -29,8 +29,12 @@ _COLLECTIVE_CALLS = frozenset(
     }
 )  # fmt: skip
 _EXCLUDES = re.compile(r"\bnot\b|!=")
+#: Tests every rank answers alike: the job's setup, and the model's structure (which
+#: parameters have gradients is the same on every replica).
 _UNIFORM = re.compile(
-    r"is_initialized|is_available|world_size|get_world_size|distributed|\bddp\b|n_?gpus?\b", re.I
+    r"is_initialized|is_available|world_size|get_world_size|distributed|\bddp\b|n_?gpus?\b"
+    r"|\.grad\b|requires_grad",
+    re.I,
 )
 _RANKISH = re.compile(r"rank|is_main|main_process|is_master|local_rank|get_rank|master", re.I)
 
@@ -132,6 +136,13 @@ def guard(path: str, line: int, within: Block | None) -> Block | None:
     return None if found is None or _UNIFORM.search(found.text) else found
 
 
+def excludes_ranks(block: Block) -> bool:
+    """A rank-dependent test that lets most ranks in and leaves some out (`if not (rank ==
+    2 ...)`, `if rank != 0`): the ranks that wait under it are the many, the ones it left
+    out went on to a later call."""
+    return is_rank_dependent(block) and bool(_EXCLUDES.search(block.text))
+
+
 def is_rank_dependent(block: Block) -> bool:
     """Whether an `if` block's test names the rank (or the main process)."""
     return bool(_RANKISH.search(block.text))
@@ -185,11 +196,7 @@ def skippable_collective(
         if name not in _COLLECTIVE_CALLS:
             continue
         block = rank_condition(path, node.lineno)
-        if (
-            block is not None
-            and loop.start <= block.start <= loop.end
-            and _EXCLUDES.search(block.text)
-        ):
+        if block is not None and loop.start <= block.start <= loop.end and excludes_ranks(block):
             return block, node.lineno
     return None
 

@@ -47,6 +47,7 @@ _DIST = re.compile(r"(^|/)torch/distributed/")
 _DATA = re.compile(r"(^|/)torch/utils/data/|(^|/)multiprocessing/(queues|connection)\.py$")
 _IO = re.compile(r"(^|/)torch/serialization\.py$|(^|/)(shutil|tempfile|pickle)\.py$")
 _LOCKS = re.compile(r"(^|/)(threading|queue|concurrent/futures/_base)\.py$")
+_FUNCOL = re.compile(r"(^|/)torch/distributed/_functional_collectives\.py$")
 _FUTURES = re.compile(r"(^|/)torch/futures/")
 _WAIT_CALL = re.compile(r"\.wait\(\s*(?:timeout\s*=\s*[^)]*)?\)")
 _P2P_CALL = re.compile(r"\b(irecv|isend)\(")
@@ -174,6 +175,19 @@ def classify(
     return state
 
 
+def _functional_wait(
+    frames: Sequence[Frame],
+) -> tuple[RankActivity, str | None, str, Frame | None] | None:
+    """A rank waiting on a functional collective: DTensor's `full_tensor()` and
+    `redistribute()`, funcol's all_gather_tensor, a tensor parallel layer's comms. The
+    wait runs through torch's op dispatch (torch/_ops.py), so the innermost frame is not in
+    torch.distributed; the outermost torch.distributed frame is the call the user made."""
+    if not any(_FUNCOL.search(f.file) for f in frames):
+        return None
+    outer = next(f for f in reversed(frames) if _DIST.search(f.file))
+    return RankActivity.collective, _op_name(outer), f"waiting in {outer.function}", outer
+
+
 def _find_activity(
     frames: Sequence[Frame], active: bool | None
 ) -> tuple[RankActivity, str | None, str, Frame | None]:
@@ -195,6 +209,9 @@ def _find_activity(
     innermost = frames[0]
     if _DIST.search(innermost.file):
         return RankActivity.collective, _op_name(innermost), f"inside {innermost.file}", innermost
+    functional = _functional_wait(frames)
+    if functional is not None:
+        return functional
     waited = _async_wait(frames) if active is not True else None
     if waited is not None:
         return waited

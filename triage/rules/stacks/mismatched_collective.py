@@ -5,8 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from triage.models import Finding
-from triage.observations import RankActivity
-from triage.readers.source import is_rank_dependent
+from triage.observations import Frame, RankActivity
+from triage.readers.source import (
+    Block,
+    excludes_ranks,
+    innermost_loop,
+    is_rank_dependent,
+    rank_condition,
+)
 from triage.registry import EvidenceSet, rule
 from triage.rules.stacks._hang_view import (
     HangView,
@@ -17,6 +23,7 @@ from triage.rules.stacks._hang_view import (
     hang_view,
     past_the_loop,
     skipped_branch,
+    split_point,
 )
 
 
@@ -53,17 +60,28 @@ def mismatched_collective(evidence: EvidenceSet) -> Iterator[Finding]:
     """
     view = hang_view(evidence)
     blocked = [g for g in view.waiting if g.first.activity is RankActivity.collective]
-    if len(blocked) < 2 or len({g.first.group for g in blocked}) > 1:
+    # A group known on one side only (DTensor's mesh, an opaque ProcessGroup) may be the same.
+    if len(blocked) < 2 or len({g.first.group for g in blocked} - {None}) > 1:
         return
     majority = max(blocked, key=lambda g: len(g.states))
     others = [g for g in blocked if g is not majority]
-    for group in others:
-        if past_the_loop(group.first, majority.first):
-            yield from _skipped(view, finished=group, running=majority)
-            return
-        if past_the_loop(majority.first, group.first):
-            yield from _skipped(view, finished=majority, running=group)
-            return
+    excluded = _left_out(blocked)
+    if excluded is not None:
+        waiting, block, frame, done = excluded
+        sure = len(done) == 1 and len(blocked) == 2
+        yield _skip(view, waiting, block, frame, done, 0.85 if sure else 0.6)
+        return
+    ahead = [g for g in others if past_the_loop(g.first, majority.first)]
+    if ahead or any(past_the_loop(majority.first, g.first) for g in others):
+        done = ahead or [majority]
+        running = [g for g in blocked if g not in done]
+        skipped = next(
+            ((g, skip) for g in running for d in done if (skip := conditional_wait(g, d))), None
+        )
+        if skipped is not None:
+            at, (guard, call) = skipped
+            yield _skip(view, at, guard, call, done, 0.6)
+        return
     culprit = _culprit(majority, others)
     rest = [g for g in blocked if g is not culprit]
     branch = (
@@ -128,34 +146,72 @@ def mismatched_collective(evidence: EvidenceSet) -> Iterator[Finding]:
     )
 
 
-def _skipped(view: HangView, finished: StateGroup, running: StateGroup) -> Iterator[Finding]:
-    """Ranks past the loop while the others wait in a collective under an `if` whose test
-    may differ per rank: the finished ranks may have skipped it once (or run fewer steps,
-    which stacks.uneven_inputs says, ranked close)."""
-    skip = conditional_wait(running, finished)
-    if skip is None:
-        return
-    block, frame = skip
-    yield Finding(
+def _left_out(
+    blocked: list[StateGroup],
+) -> tuple[StateGroup, Block, Frame, list[StateGroup]] | None:
+    """Ranks waiting in a collective under an `if` that leaves some ranks out (`if not
+    (rank == 2 and step == 3):`), and the ranks at later calls: those the test left out,
+    which went on to their next collective: here, those already past the loop. (Without a
+    loop, `if rank != 1:` on two ranks reads either way; the other paths decide it.)"""
+    for waiting in blocked:
+        frame = waiting.first.user_frame
+        if frame is None or frame.line is None:
+            continue
+        block = rank_condition(frame.file, frame.line)
+        if block is None or not excludes_ranks(block):
+            continue
+        later = [
+            (g, split[1])
+            for g in blocked
+            if g is not waiting
+            and (split := split_point(g.first, waiting.first)) is not None
+            and (split[1].line or 0) > (split[2].line or 0)
+        ]
+        loop = innermost_loop(frame.file, frame.line)
+        past = [
+            g
+            for g, at in later
+            if loop is not None and at.line is not None and not loop.start <= at.line <= loop.end
+        ]
+        if past:
+            return waiting, block, frame, past
+    return None
+
+
+def _skip(
+    view: HangView,
+    waiting: StateGroup,
+    block: Block,
+    frame: Frame,
+    done: list[StateGroup],
+    confidence: float,
+) -> Finding:
+    """The finished ranks skipped, once, the collective the others wait in under `block`
+    (or ran fewer steps: stacks.uneven_inputs says so, ranked below). On a subgroup (one
+    dimension of a mesh) only the waiters' own partners could have, and the stacks do not
+    say which those are."""
+    finished = StateGroup(
+        [s for g in done for s in g.states], [e for g in done for e in g.evidence]
+    )
+    return Finding(
         title=(
-            f"{finished.label} may have skipped the collective {running.label} "
-            f"{running.verb('wait', 'waits')} in"
+            f"{finished.label} may have skipped the collective {waiting.label} "
+            f"{waiting.verb('wait', 'waits')} in"
         ),
         summary=(
-            f"{running.label.capitalize()} {running.verb('wait', 'waits')} in {running.where()}, "
-            "a call that runs only under "
-            f"`{block.text}` ({frame.file}:{block.start}), while {finished.label} already "
-            f"{finished.verb('stand', 'stands')} "
-            f"after the loop, in {finished.where()}. A rank for which that test was false on one "
-            "step skipped the collective, ran out of collectives one call early and left the "
-            "loop first; a rank that ran fewer steps (hang.uneven_inputs) looks the same. Each "
-            "rank's step count separates the two."
+            f"{waiting.label.capitalize()} {waiting.verb('wait', 'waits')} in {waiting.where()}, "
+            f"a call that runs only under `{block.text}` ({frame.file}:{block.start}), while "
+            f"{finished.label} already {finished.verb('stand', 'stands')} at a later call, "
+            f"{done[0].where()}. A rank for which that test was false on one step skipped the "
+            "collective, ran out of collectives one call early and went on; a rank that ran "
+            "fewer steps (hang.uneven_inputs) looks the same. Each rank's step count separates "
+            "the two."
         ),
         ranks=finished.ranks,
         location=frame.location(),
-        other_locations=[g.location for g in (finished, running) if g.location],
-        confidence=round(0.6 * coverage_factor(view), 3),
-        evidence=finished.evidence[:3] + running.evidence[:3],
+        other_locations=[g.location for g in done if g.location],
+        confidence=round(confidence * coverage_factor(view), 3),
+        evidence=finished.evidence[:3] + waiting.evidence[:3],
         fix=(
             f"Every rank must issue the same collectives: `{block.text}` at "
             f"{frame.file}:{block.start} can differ per rank, so make its test the same on every "

@@ -63,7 +63,14 @@ def uneven_inputs(evidence: EvidenceSet) -> Iterator[Finding]:
         else:
             continue
         culprit = group
-        skip = conditional_wait(running, finished)
+        skip = next(
+            (
+                found
+                for g in view.waiting
+                if g is not finished and (found := conditional_wait(g, finished))
+            ),
+            None,
+        )
         also = ""
         if skip is not None:
             block, frame = skip
