@@ -688,6 +688,31 @@ def test_a_rank_whose_peer_closed_first_still_stood_in_its_own_collective(tmp_pa
     assert top.location is not None and top.location.line == 16
 
 
+SKIP_SCRIPT = LOOP_SCRIPT.replace(
+    "        if branch and rank == 0 and step == 2:\n",
+    "        if not (rank == 2 and step == 3):\n",
+)
+
+
+@pytest.mark.parametrize("ranks", [[0, 1, 2], [0, 2]], ids=["majority", "tie"])
+def test_the_rank_an_excluding_if_left_out_skipped_the_call_under_it(
+    tmp_path: Path, ranks: list[int]
+) -> None:
+    """`if not (rank == 2 ...)` lets the others into the broadcast; rank 2 skipped it and
+    waits in the next call. Rank 2 is the culprit, the skipped call the line, also when
+    one rank stands on each side."""
+    script = _write(tmp_path, "loop.py", SKIP_SCRIPT)
+    logs = {
+        f"rank{r}.log": loop_log(r, "all_reduce" if r == 2 else "broadcast", script)
+        for r in ranks
+    }
+    top = diagnose(tmp_path, logs)[0]
+    assert top.cause_id == "hang.mismatched_collective"
+    assert top.ranks == [2]
+    assert top.location is not None and top.location.line == 16
+    assert "leaves some ranks out" in top.summary
+
+
 # --- NCCL watchdog (public reports) ---------------------------------------------------------
 
 

@@ -9,8 +9,10 @@ from triage.models import Evidence, Location
 from triage.observations import FRSide, FRStuckGroup
 from triage.readers.source import (
     Block,
+    excludes_ranks,
     guard,
     innermost_function,
+    innermost_loop,
     leaves_loop,
     rank_condition,
     source_available,
@@ -55,6 +57,8 @@ def split(point: FRStuckGroup, state: str) -> tuple[FRSide | None, list[FRSide],
     branched = [s for s in contenders if _under_rank_condition(s)]
     if len(branched) == 1 and len(contenders) == 2:
         other = next(s for s in contenders if s is not branched[0])
+        if left_out_by(branched[0]) is not None:  # its `if` let it in and left the other out
+            return branched[0], [other], False
         return other, branched, False
     novel = [s for s in contenders if s.novel]
     if len(novel) == 1 and len(contenders) == 2:
@@ -127,6 +131,16 @@ def guarded_call(side: FRSide | None) -> tuple[Block, Location] | None:
         return None
     block = guard(loc.file, loc.line, innermost_function(loc.file, loc.line))
     return (block, loc) if block is not None else None
+
+
+def left_out_by(side: FRSide | None) -> tuple[Block, Location] | None:
+    """The rank-dependent `if` inside a loop, around this side's call, that leaves some
+    ranks out (`if not (rank == 2 and step == 3):`): the ranks it left out skipped the call
+    once and went on. (Outside a loop, `if rank != 1:` on two ranks reads either way.)"""
+    found = rank_branch([side])
+    if found is None or not excludes_ranks(found[0]) or found[1].line is None:
+        return None
+    return found if innermost_loop(found[1].file, found[1].line) is not None else None
 
 
 def _under_rank_condition(side: FRSide) -> bool:

@@ -12,6 +12,7 @@ from triage.rules.fr._stuck_groups import (
     coverage,
     guarded_call,
     is_subgroup,
+    left_out_by,
     location,
     rank_branch,
     ranks_of,
@@ -68,7 +69,9 @@ def fr_mismatched_collective(evidence: EvidenceSet) -> Iterator[Finding]:
         sides = "; ".join(s.describe() for s in (normal, *culprits) if s)
         confidence = (0.6 if tie else 0.9 if odd else 0.7) * coverage(point)
         branch = rank_branch([*culprits, normal])
-        skipped = guarded_call(normal) if branch is None and not guarded_call(first) else None
+        skipped = left_out_by(normal) or (
+            guarded_call(normal) if branch is None and not guarded_call(first) else None
+        )
         at = location(first)
         if skipped is not None:
             block, at = skipped

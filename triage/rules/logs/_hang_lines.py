@@ -25,7 +25,12 @@ from triage.readers.source import rank_condition
 from triage.readers.stacks import classify
 from triage.registry import EvidenceSet
 from triage.rules.logs._signals import signals, tracebacks
-from triage.rules.stacks._hang_view import StateGroup, branch_of, past_the_loop
+from triage.rules.stacks._hang_view import (
+    StateGroup,
+    branch_of,
+    excluding_branch,
+    past_the_loop,
+)
 from triage.text import format_ranks
 
 TIMEOUTS = ("hang.watchdog_timeout", "hang.gloo_timeout", "hang.monitored_barrier")
@@ -120,6 +125,8 @@ class TraceSplit:
     past_loop: bool | None
     groups: list[StateGroup]
     branch: str = ""
+    #: The call the culprits skipped, where an `if` around the majority's call left them out.
+    skipped: Location | None = None
 
     def sides(self) -> str:
         """'rank 0 in collective broadcast at a.py:11; rank 1 in collective all_reduce at ...'."""
@@ -318,7 +325,11 @@ def _trace_split(stacks: list[tuple[Evidence, RankState]]) -> TraceSplit | None:
             culprit = group if ahead or not tied else majority
             rest = majority if culprit is group else group
             return TraceSplit(culprit, rest, True, groups)
-    if len(others[0].states) == len(majority.states):
+    excluding = [g for g in groups if excluding_branch(g)]
+    if len(groups) == 2 and len(excluding) == 1:
+        rest = excluding[0]
+        culprit = next(g for g in groups if g is not rest)
+    elif len(others[0].states) == len(majority.states):
         conditional = [g for g in groups if branch_of(g, [x for x in groups if x is not g])]
         if len(conditional) != 1:
             merged = StateGroup(
@@ -334,6 +345,14 @@ def _trace_split(stacks: list[tuple[Evidence, RankState]]) -> TraceSplit | None:
         rest = majority
     found = branch_of(culprit, [rest])
     branch = f"{found[1].file}:{found[1].line} sits under `{found[0].text}`" if found else ""
+    left_out = excluding_branch(rest) if not found else None
+    if left_out is not None:
+        block, frame = left_out
+        branch = (
+            f"{frame.file}:{frame.line} sits under `{block.text}`, which leaves some ranks out: "
+            f"{culprit.label} skipped that call and went on to the next collective"
+        )
+        return TraceSplit(culprit, rest, None, groups, branch, frame.location())
     return TraceSplit(culprit, rest, None, groups, branch)
 
 

@@ -99,24 +99,35 @@ def _from_tracebacks(traced: TraceSplit) -> Finding:
     culprit, rest = traced.culprit, traced.majority
     decided = rest is not None
     where = (
-        f"{culprit.label} in {culprit.where()}, while {rest.label} wait in {rest.where()}"
+        f"{culprit.label} in {culprit.where()}, while {rest.label} "
+        f"{rest.verb('wait', 'waits')} in {rest.where()}"
         if rest is not None
         else f"{traced.sides()}; the logs cannot tell which side is wrong"
     )
     because = f" {traced.branch}." if traced.branch else ""
     confidence = (0.8 if traced.branch else 0.7) if decided else 0.6
+    location = traced.skipped or culprit.location
     return Finding(
         title=f"{culprit.label} timed out in a different collective call than the other ranks",
         summary=f"The timed-out collectives' tracebacks put {where}.{because}",
         ranks=culprit.ranks,
-        location=culprit.location,
-        other_locations=[loc for loc in [rest.location if rest else None] if loc],
+        location=location,
+        other_locations=[
+            loc
+            for loc in [culprit.location, rest.location if rest else None]
+            if loc and loc != location
+        ],
         confidence=confidence,
         evidence=culprit.evidence[:4] + (rest.evidence[:4] if rest else []),
         fix=(
-            f"Every rank must issue the same collectives in the same order: the call at "
-            f"{culprit.location} runs on {culprit.label} only; move it out of the rank-dependent "
-            "branch, or make every rank run it."
+            "Every rank must issue the same collectives in the same order: the call at "
+            + (
+                f"{traced.skipped} runs under an `if` that leaves {culprit.label} out; make the "
+                "test the same on every rank or run the collective unconditionally."
+                if traced.skipped
+                else f"{culprit.location} runs on {culprit.label} only; move it out of the "
+                "rank-dependent branch, or make every rank run it."
+            )
         ),
         confirm=f"{culprit.label} logged the same number of steps as the others (not fewer)",
     )

@@ -10,6 +10,7 @@ from triage.observations import Frame, MissingRank, RankActivity, RankProcess, R
 from triage.readers.source import (
     Block,
     condition,
+    excludes_ranks,
     guard,
     innermost_function,
     innermost_loop,
@@ -167,6 +168,18 @@ def branch_of(group: StateGroup, others: list[StateGroup]) -> tuple[Block, Frame
         if block is not None:
             return block, frame
     return None
+
+
+def excluding_branch(group: StateGroup) -> tuple[Block, Frame] | None:
+    """The `if` inside a loop, around this group's own call, that leaves some ranks out
+    (`if not (rank == 2 and step == 3):`): the group waits where most ranks go; the ones
+    it left out skipped this call once and went on to the next. (Outside a loop, `if rank
+    != 1:` on two ranks reads either way.)"""
+    frame = group.first.user_frame
+    if frame is None or frame.line is None or innermost_loop(frame.file, frame.line) is None:
+        return None
+    block = rank_condition(frame.file, frame.line)
+    return (block, frame) if block is not None and excludes_ranks(block) else None
 
 
 def skipped_branch(group: StateGroup, others: list[StateGroup]) -> tuple[Block, Frame] | None:
