@@ -617,8 +617,11 @@ _LOOP_CALLS = {
 }
 
 
-def loop_log(rank: int, op: str, script: str, direction: str = "recv", error: str = "") -> str:
+def loop_log(
+    rank: int, op: str, script: str, direction: str = "recv", error: str = "", at: int = 0
+) -> str:
     line, code, src = _LOOP_CALLS[op]
+    line = at or line
     buffer = "unbound_buffer.cc:78" if direction == "recv" else "unbound_buffer.cc:129"
     error = error or (
         f"RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/{buffer}] "
@@ -703,14 +706,38 @@ def test_the_rank_an_excluding_if_left_out_skipped_the_call_under_it(
     one rank stands on each side."""
     script = _write(tmp_path, "loop.py", SKIP_SCRIPT)
     logs = {
-        f"rank{r}.log": loop_log(r, "all_reduce" if r == 2 else "broadcast", script)
-        for r in ranks
+        f"rank{r}.log": loop_log(r, "all_reduce" if r == 2 else "broadcast", script) for r in ranks
     }
     top = diagnose(tmp_path, logs)[0]
     assert top.cause_id == "hang.mismatched_collective"
     assert top.ranks == [2]
     assert top.location is not None and top.location.line == 16
     assert "leaves some ranks out" in top.summary
+
+
+IF_ELSE_SCRIPT = LOOP_SCRIPT.replace(
+    "        if branch and rank == 0 and step == 2:\n"
+    "            dist.broadcast(grad, src=0)\n"
+    "        dist.all_reduce(grad)\n",
+    "        if rank == 0 and step == 2:\n"
+    "            dist.broadcast(grad, src=0)\n"
+    "        else:\n"
+    "            dist.all_reduce(grad)\n",
+)
+
+
+def test_of_an_if_and_its_else_the_rank_the_test_picks_out_is_odd(tmp_path: Path) -> None:
+    """`if rank == 0 ...: broadcast else: all_reduce` on two ranks: both calls sit under the
+    `if`, but rank 0 is the one the test picked out; its call is the line."""
+    script = _write(tmp_path, "loop.py", IF_ELSE_SCRIPT)
+    logs = {
+        "rank0.log": loop_log(0, "broadcast", script),
+        "rank1.log": loop_log(1, "all_reduce", script, at=18),
+    }
+    top = diagnose(tmp_path, logs)[0]
+    assert top.cause_id == "hang.mismatched_collective"
+    assert top.ranks == [0]
+    assert top.location is not None and top.location.line == 16
 
 
 # --- NCCL watchdog (public reports) ---------------------------------------------------------

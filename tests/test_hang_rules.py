@@ -406,3 +406,28 @@ def test_a_skip_on_one_mesh_dimension_names_the_ranks_past_the_loop(tmp_path: Pa
     ]
     assert "hang.uneven_inputs" in top.summary and "step count" in top.summary
     assert all(h.confidence < 0.8 for h in found)
+
+
+IF_ELSE = """\
+import torch.distributed as dist
+
+
+def train(rank, batches, x):
+    for step in batches:
+        if rank == 1 and step == 3:
+            dist.broadcast(x, src=1)
+        else:
+            dist.all_reduce(x)
+    dist.barrier()
+"""
+
+
+def test_of_an_if_and_its_else_the_stacks_name_the_rank_the_test_picks_out(
+    tmp_path: Path,
+) -> None:
+    f = tmp_path / "train.py"
+    f.write_text(IF_ELSE)
+    at = str(f)
+    top = report_of(state(0, "all_reduce", at, 9), state(1, "broadcast", at, 7)).hypotheses[0]
+    assert top.cause_id == "hang.mismatched_collective"
+    assert top.ranks == [1] and top.location and top.location.line == 7

@@ -44,6 +44,8 @@ class Block:
     start: int
     end: int
     text: str
+    #: The line lies in the `else:` of this `if`: the ranks there are those the test let out.
+    negated: bool = False
 
 
 def _resolve(path: str) -> Path | None:
@@ -114,7 +116,9 @@ def _conditions(path: str, line: int) -> Iterator[Block]:
     for node in _enclosing(path, line, (ast.If,)):
         assert isinstance(node, ast.If)
         test = ast.get_source_segment(parsed[1], node.test) or ""
-        yield Block(node.lineno, node.end_lineno or node.lineno, f"if {test}:")
+        negated = bool(node.orelse) and line >= node.orelse[0].lineno
+        text = f"if {test}: ... else:" if negated else f"if {test}:"
+        yield Block(node.lineno, node.end_lineno or node.lineno, text, negated)
 
 
 def condition(path: str, line: int, within: Block | None = None) -> Block | None:
@@ -138,9 +142,9 @@ def guard(path: str, line: int, within: Block | None) -> Block | None:
 
 def excludes_ranks(block: Block) -> bool:
     """A rank-dependent test that lets most ranks in and leaves some out (`if not (rank ==
-    2 ...)`, `if rank != 0`): the ranks that wait under it are the many, the ones it left
-    out went on to a later call."""
-    return is_rank_dependent(block) and bool(_EXCLUDES.search(block.text))
+    2 ...)`, `if rank != 0`, the `else:` of `if rank == 0`): the ranks that wait under it
+    are the many, the ones it left out went elsewhere."""
+    return is_rank_dependent(block) and bool(_EXCLUDES.search(block.text)) != block.negated
 
 
 def is_rank_dependent(block: Block) -> bool:

@@ -55,6 +55,8 @@ def split(point: FRStuckGroup, state: str) -> tuple[FRSide | None, list[FRSide],
     if len(contenders) == 1:
         return normal, odd, False
     branched = [s for s in contenders if _under_rank_condition(s)]
+    if len(branched) == 2 == len(contenders):  # `if rank == 0: a() else: b()`
+        branched = [s for s in branched if not _under_excluding_condition(s)]
     if len(branched) == 1 and len(contenders) == 2:
         other = next(s for s in contenders if s is not branched[0])
         if left_out_by(branched[0]) is not None:  # its `if` let it in and left the other out
@@ -138,9 +140,14 @@ def left_out_by(side: FRSide | None) -> tuple[Block, Location] | None:
     ranks out (`if not (rank == 2 and step == 3):`): the ranks it left out skipped the call
     once and went on. (Outside a loop, `if rank != 1:` on two ranks reads either way.)"""
     found = rank_branch([side])
-    if found is None or not excludes_ranks(found[0]) or found[1].line is None:
+    if found is None or found[0].negated or not excludes_ranks(found[0]) or found[1].line is None:
         return None
     return found if innermost_loop(found[1].file, found[1].line) is not None else None
+
+
+def _under_excluding_condition(side: FRSide) -> bool:
+    found = rank_branch([side])
+    return found is not None and excludes_ranks(found[0])
 
 
 def _under_rank_condition(side: FRSide) -> bool:

@@ -346,7 +346,10 @@ def _trace_split(stacks: list[tuple[Evidence, RankState]]) -> TraceSplit | None:
     found = branch_of(culprit, [rest])
     branch = f"{found[1].file}:{found[1].line} sits under `{found[0].text}`" if found else ""
     left_out = excluding_branch(rest) if not found else None
-    if left_out is not None:
+    if left_out is not None and left_out[0].negated:  # the culprit took the `if` itself
+        found = branch_of(culprit, [])
+        branch = f"{found[1].file}:{found[1].line} sits under `{found[0].text}`" if found else ""
+    elif left_out is not None:
         block, frame = left_out
         branch = (
             f"{frame.file}:{frame.line} sits under `{block.text}`, which leaves some ranks out: "

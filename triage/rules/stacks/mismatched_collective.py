@@ -232,6 +232,8 @@ def _culprit(majority: StateGroup, others: list[StateGroup]) -> StateGroup:
         else others
     )
     groups = [majority, *others]
-    conditional = [g for g in candidates if branch_of(g, [x for x in groups if x is not g])]
-    pool = conditional or candidates
+    found = [(g, b) for g in candidates if (b := branch_of(g, [x for x in groups if x is not g]))]
+    # Of an `if rank == 0: ... else: ...`, the ranks the test picks out are the odd ones.
+    picked = [g for g, (block, _) in found if not excludes_ranks(block)]
+    pool = picked or [g for g, _ in found] or candidates
     return min(pool, key=lambda g: (len(g.states), g.ranks))
