@@ -136,6 +136,17 @@ def test_missing_rank_is_rank_exited(tmp_path: Path) -> None:
     assert report.rank_groups[-1].state == "no live process"
 
 
+def test_ranks_whose_stacks_were_read_are_not_called_exited(tmp_path: Path) -> None:
+    """The job ended between the stack dumps and the process scan (a timeout, the launcher's
+    teardown): the ranks read alive did not leave first; only rank 2 did."""
+    f = source(tmp_path)
+    missing = [MissingRank(rank=r, world_size=4, scope="host", reason="gone") for r in range(4)]
+    report = report_of(*(state(r, "all_reduce", f, 6) for r in (0, 1, 3)), missing=missing)
+    exited = [h for h in report.hypotheses if h.cause_id == "hang.rank_exited"]
+    assert exited and exited[0].ranks == [2]
+    assert "Rank 2 has no live process" in exited[0].summary
+
+
 def test_remote_ranks_are_not_called_exited(tmp_path: Path) -> None:
     f = source(tmp_path)
     missing = [MissingRank(rank=9, world_size=16, scope="job", reason="other host")]

@@ -67,7 +67,6 @@ class HangView:
     groups: list[StateGroup]
     missing: list[MissingRank]
     zombies: list[RankProcess]
-    missing_evidence: list[str]
     unreadable: int
 
     @property
@@ -103,7 +102,6 @@ def _build_view(evidence: EvidenceSet) -> HangView:
         groups=groups,
         missing=[m for _, m in missing_items if m.scope == "host"],
         zombies=[p for p in processes if p.status == "zombie"],
-        missing_evidence=[e.id for e, m in missing_items if m.scope == "host"],
         unreadable=sum(1 for p in processes if p.pid not in stacked and p.status != "zombie"),
     )
 

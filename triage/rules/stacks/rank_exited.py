@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from triage.models import Finding
+from triage.observations import MissingRank
 from triage.registry import EvidenceSet, rule
 from triage.rules.stacks._hang_view import coverage_factor, hang_view
 from triage.text import format_ranks
@@ -41,24 +42,33 @@ def rank_exited(evidence: EvidenceSet) -> Iterator[Finding]:
     torch.distributed elastic error files; `dmesg | grep -i oom` on the rank's host.
     """
     view = hang_view(evidence)
+    # A rank whose stack was read was alive then: gone by the process scan, the job was
+    # ending (a timeout or the launcher's teardown), and it did not leave first.
+    alive = {s.rank for g in view.groups for s in g.states if s.rank is not None}
+    missing = [m for m in view.missing if m.rank not in alive]
     exited = sorted(
-        {m.rank for m in view.missing if m.rank is not None}
+        {m.rank for m in missing if m.rank is not None}
         | {p.rank for p in view.zombies if p.rank is not None}
     )
-    if not exited and not view.missing:
+    if not exited and not missing:
         return
     waiting = view.waiting
     majority = view.majority
     all_wait = bool(view.groups) and len(waiting) == len(view.groups)
-    what = f"rank {format_ranks(exited)}" if exited else f"{len(view.missing)} local rank(s)"
+    what = f"rank {format_ranks(exited)}" if exited else f"{len(missing)} local rank(s)"
+    has = "has" if len(exited) == 1 else "have"
     where = f"; the {majority.label} wait in {majority.where()}" if majority else ""
     yield Finding(
         title=f"{what} exited while its peers wait",
-        summary=f"{what.capitalize()} has no live process{where}. The peers cannot finish without it.",
+        summary=f"{what.capitalize()} {has} no live process{where}. The peers cannot finish without it.",
         ranks=exited,
         location=majority.location if majority else None,
         confidence=round((0.9 if all_wait else 0.65) * coverage_factor(view), 3),
-        evidence=view.missing_evidence
+        evidence=[
+            e.id
+            for e, m in evidence.payloads(MissingRank)
+            if m.scope == "host" and m.rank not in alive
+        ]
         + [f"process:{p.pid}" for p in view.zombies]
         + (majority.evidence[:3] if majority else []),
         fix=(
