@@ -740,6 +740,25 @@ def test_of_an_if_and_its_else_the_rank_the_test_picks_out_is_odd(tmp_path: Path
     assert top.location is not None and top.location.line == 16
 
 
+RESHAPE_SCRIPT = LOOP_SCRIPT.replace(
+    "        if branch and rank == 0 and step == 2:\n            dist.broadcast(grad, src=0)\n",
+    "        if rank == 0 and step == 2:\n            grad = torch.ones(9)\n",
+)
+
+
+def test_one_collective_whose_input_a_rank_branch_resizes_is_a_shape_mismatch(
+    tmp_path: Path,
+) -> None:
+    """Every rank times out in the same all_reduce; above it, rank 0 swaps in a tensor of
+    another size. The logs alone show one collective; the source shows why."""
+    script = _write(tmp_path, "loop.py", RESHAPE_SCRIPT)
+    logs = {f"rank{r}.log": loop_log(r, "all_reduce", script) for r in range(3)}
+    top = diagnose(tmp_path, logs)[0]
+    assert top.cause_id == "hang.shape_mismatch"
+    assert top.location is not None and top.location.line == 17
+    assert "`if rank == 0 and step == 2:`" in top.summary
+
+
 # --- NCCL watchdog (public reports) ---------------------------------------------------------
 
 

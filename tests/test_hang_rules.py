@@ -442,3 +442,36 @@ def test_of_an_if_and_its_else_the_stacks_name_the_rank_the_test_picks_out(
     top = report_of(state(0, "all_reduce", at, 9), state(1, "broadcast", at, 7)).hypotheses[0]
     assert top.cause_id == "hang.mismatched_collective"
     assert top.ranks == [1] and top.location and top.location.line == 7
+
+
+RESIZED = """\
+import torch
+import torch.distributed as dist
+
+
+def train(rank, batches, loss):
+    for step in batches:
+        metrics = [loss, float(step)]
+        if rank == 1 and step == 3:
+            metrics.append(1.0)
+        dist.all_reduce(torch.tensor(metrics))
+    dist.barrier()
+"""
+
+
+def test_every_rank_in_one_collective_whose_input_a_rank_branch_grows(tmp_path: Path) -> None:
+    f = tmp_path / "train.py"
+    f.write_text(RESIZED)
+    at = str(f)
+    found = report_of(*(state(r, "all_reduce", at, 10) for r in range(4))).hypotheses
+    top = found[0]
+    assert top.cause_id == "hang.shape_mismatch" and top.ranks == []
+    assert top.location and top.location.line == 10
+    assert "changes the call's input at line 9" in top.summary
+
+
+def test_a_branch_that_changes_another_variable_is_not_a_shape_mismatch(tmp_path: Path) -> None:
+    f = tmp_path / "train.py"
+    f.write_text(RESIZED.replace("metrics.append(1.0)", "print(metrics)"))
+    found = report_of(*(state(r, "all_reduce", str(f), 10) for r in range(4))).hypotheses
+    assert "hang.shape_mismatch" not in {h.cause_id for h in found}

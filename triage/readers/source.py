@@ -205,6 +205,68 @@ def skippable_collective(
     return None
 
 
+def reshaped_input(path: str, line: int) -> tuple[Block, int] | None:
+    """A rank-dependent `if` above the collective at `line`, in its function but not around
+    it, that changes a name the call's arguments read (assigns it, or appends, extends,
+    resizes or concatenates onto it): the `if` and the changing statement's line.
+
+    Every rank then calls the same collective from the same line, but the ranks that took
+    the branch pass a tensor of another size or dtype: a shape mismatch that stacks alone
+    cannot see.
+    """
+    parsed = _module(path)
+    function = innermost_function(path, line)
+    if parsed is None or function is None:
+        return None
+    call = next(
+        (
+            node
+            for node in ast.walk(parsed[0])
+            if isinstance(node, ast.Call)
+            and node.lineno == line
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in _COLLECTIVE_CALLS
+        ),
+        None,
+    )
+    if call is None:
+        return None
+    read = {
+        n.id for arg in [*call.args, *(k.value for k in call.keywords)] for n in ast.walk(arg)
+        if isinstance(n, ast.Name)
+    }  # fmt: skip
+    around = {b.start for b in _conditions(path, line)}
+    for node in ast.walk(parsed[0]):
+        if not (
+            isinstance(node, ast.If)
+            and function.start <= node.lineno < line
+            and node.lineno not in around
+        ):
+            continue
+        test = ast.get_source_segment(parsed[1], node.test) or ""
+        block = Block(node.lineno, node.end_lineno or node.lineno, f"if {test}:")
+        if not is_rank_dependent(block):
+            continue
+        changed = next((n for stmt in node.body for n in ast.walk(stmt) if _changes(n, read)), None)
+        if isinstance(changed, ast.stmt | ast.expr):
+            return block, changed.lineno
+    return None
+
+
+_MUTATORS = frozenset({"append", "extend", "insert", "resize_", "copy_", "update"})
+
+
+def _changes(node: ast.AST, names: set[str]) -> bool:
+    """Whether a statement assigns one of `names` or mutates it in place."""
+    if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return any(isinstance(t, ast.Name) and t.id in names for t in targets)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        owner = node.func.value
+        return node.func.attr in _MUTATORS and isinstance(owner, ast.Name) and owner.id in names
+    return False
+
+
 def source_line(path: str, line: int) -> str | None:
     """The stripped text of one line of a readable Python file."""
     parsed = _module(path)

@@ -169,6 +169,7 @@ def _quiet(evidence: EvidenceSet, view: HangLog, dead: set[int]) -> list[_Case]:
     """Ranks that log but report no timeout while others time out."""
     if not view.waiting:
         return []
+    # A rank in another collective call than the others' was in a collective all the same.
     traced = {s.rank for g in view.traced.groups for s in g.states} if view.traced else set()
     quiet = sorted(view.present - set(view.waiting) - dead - set(view.barrier_missing) - traced)
     if not quiet:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from triage.models import Finding
+from triage.models import Finding, Location
+from triage.readers.source import reshaped_input
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._hang_lines import (
+    HangLog,
     Split,
     hang_log,
     positions_text,
@@ -55,6 +57,7 @@ def shape_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     candidates = [s for s in view.splits if s.how == "shape"]
     if not candidates:
         yield from _same_op(evidence)
+        yield from _reshaped(view)
         return
     best = max(candidates, key=_confidence)
     culprits = format_ranks(best.ranks)
@@ -114,4 +117,37 @@ def _same_op(evidence: EvidenceSet) -> Iterator[Finding]:
             "source."
         ),
         confirm="each rank's tensor shape at that call (print it before the collective)",
+    )
+
+
+def _reshaped(view: HangLog) -> Iterator[Finding]:
+    """Every rank timed out at one call whose input a rank-dependent `if` above it changes
+    (read from the source): the ranks that took it passed another size."""
+    ranks = sorted(view.waiting)
+    where = view.location(ranks)
+    if not ranks or not view.one_wait() or where is None or where.line is None:
+        return
+    found = reshaped_input(where.file, where.line)
+    if found is None:
+        return
+    block, changed = found
+    yield Finding(
+        title="every rank timed out in the same collective, whose input some ranks change",
+        summary=(
+            f"Rank {format_ranks(ranks)} timed out in the same collective at {where}. Above it, "
+            f"`{block.text}` ({where.file}:{block.start}) changes the call's input at line "
+            f"{changed}: the ranks that take that branch pass a tensor of another size or "
+            "dtype, and the collective never completes."
+        ),
+        ranks=[],
+        location=where,
+        other_locations=[Location(file=where.file, line=changed)],
+        confidence=0.6,
+        evidence=[i for r in ranks for i in view.waiting[r][:1]][:8],
+        fix=(
+            f"Give every rank the same shape and dtype at {where}: pad to a fixed size, or "
+            f"exchange the sizes first; `{block.text}` must not change the collective's input "
+            "on some ranks only."
+        ),
+        confirm="TORCH_DISTRIBUTED_DEBUG=DETAIL shows the ranks' TensorShape differ there",
     )
