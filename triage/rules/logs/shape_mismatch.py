@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from triage.models import Finding, Location
-from triage.readers.source import reshaped_input
+from triage.models import Finding
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._hang_lines import (
     HangLog,
@@ -16,6 +15,7 @@ from triage.rules.logs._hang_lines import (
     unpaired_reports,
 )
 from triage.rules.logs._signals import ids
+from triage.rules.stacks.shape_mismatch import reshaped_call
 from triage.text import format_ranks
 
 _TRUST = {"fingerprint": 0.88, "watchdog": 0.75, "opcount": 0.7}
@@ -127,27 +127,18 @@ def _reshaped(view: HangLog) -> Iterator[Finding]:
     where = view.location(ranks)
     if not ranks or not view.one_wait() or where is None or where.line is None:
         return
-    found = reshaped_input(where.file, where.line)
+    found = reshaped_call(where)
     if found is None:
         return
-    block, changed = found
+    because, fix, changed = found
     yield Finding(
         title="every rank timed out in the same collective, whose input some ranks change",
-        summary=(
-            f"Rank {format_ranks(ranks)} timed out in the same collective at {where}. Above it, "
-            f"`{block.text}` ({where.file}:{block.start}) changes the call's input at line "
-            f"{changed}: the ranks that take that branch pass a tensor of another size or "
-            "dtype, and the collective never completes."
-        ),
+        summary=f"Rank {format_ranks(ranks)} timed out in the same collective at {where}. {because}",
         ranks=[],
         location=where,
-        other_locations=[Location(file=where.file, line=changed)],
+        other_locations=[changed],
         confidence=0.6,
         evidence=[i for r in ranks for i in view.waiting[r][:1]][:8],
-        fix=(
-            f"Give every rank the same shape and dtype at {where}: pad to a fixed size, or "
-            f"exchange the sizes first; `{block.text}` must not change the collective's input "
-            "on some ranks only."
-        ),
+        fix=fix,
         confirm="TORCH_DISTRIBUTED_DEBUG=DETAIL shows the ranks' TensorShape differ there",
     )

@@ -49,30 +49,41 @@ def shape_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     frame = group.first.user_frame
     if not group.waits or frame is None or frame.line is None:
         return
-    found = reshaped_input(frame.file, frame.line)
+    found = reshaped_call(frame.location())
     if found is None:
         return
-    block, changed = found
+    because, fix, changed = found
     yield Finding(
         title=f"every rank waits in the same {group.first.op or 'collective'}, whose input some ranks change",
-        summary=(
-            f"All {len(group.states)} inspected ranks wait in {group.where()}. Above it, "
-            f"`{block.text}` ({frame.file}:{block.start}) changes the call's input at line "
-            f"{changed}: the ranks that take that branch pass a tensor of another size or dtype, "
-            "and the collective never completes."
-        ),
+        summary=f"All {len(group.states)} inspected ranks wait in {group.where()}. {because}",
         ranks=[],
         location=frame.location(),
-        other_locations=[Location(file=frame.file, line=changed)],
+        other_locations=[changed],
         confidence=round(0.55 * coverage_factor(view), 3),
         evidence=group.evidence[:4],
-        fix=(
-            f"Give every rank the same shape and dtype at {frame.file}:{frame.line}: pad to a "
-            "fixed size, or exchange the sizes first and use the variable-size collectives; "
-            f"`{block.text}` must not change the collective's input on some ranks only."
-        ),
+        fix=fix,
         confirm=(
             "TORCH_DISTRIBUTED_DEBUG=DETAIL or Flight Recorder dumps show the ranks' sizes "
             "differ in this collective"
         ),
     )
+
+
+def reshaped_call(call: Location) -> tuple[str, str, Location] | None:
+    """Why the collective at `call` gets other sizes on some ranks, the fix, and the line
+    that changes its input: read from the source (see readers.source.reshaped_input)."""
+    found = reshaped_input(call.file, call.line) if call.line is not None else None
+    if found is None:
+        return None
+    block, changed = found
+    because = (
+        f"Above it, `{block.text}` ({call.file}:{block.start}) changes the call's input at "
+        f"line {changed}: the ranks that take that branch pass a tensor of another size or "
+        "dtype, and the collective never completes."
+    )
+    fix = (
+        f"Give every rank the same shape and dtype at {call.file}:{call.line}: pad to a fixed "
+        "size, or exchange the sizes first and use the variable-size collectives; "
+        f"`{block.text}` must not change the collective's input on some ranks only."
+    )
+    return because, fix, Location(file=call.file, line=changed)
