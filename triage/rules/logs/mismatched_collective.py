@@ -10,12 +10,12 @@ from triage.observations import LogSignal
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._hang_lines import (
     Split,
-    TraceSplit,
     hang_log,
     positions_text,
     same_op_reports,
 )
 from triage.rules.logs._signals import ids, signals
+from triage.rules.logs._trace_split import TraceSplit
 from triage.text import format_ranks
 
 # How much a disagreement in each source says: DETAIL fingerprints are checked by torch
