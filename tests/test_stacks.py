@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from triage.observations import Frame, RankActivity
-from triage.readers.stacks import build_stack_tree, classify, is_user_code
+from triage.readers.stacks import build_stack_tree, classify, gil_holder, is_user_code
 
 SITE = "/venv/lib/python3.11/site-packages"
 C10D = f"{SITE}/torch/distributed/distributed_c10d.py"
@@ -174,3 +174,29 @@ def test_dtensor_compute_without_a_collective_wait_is_not_a_collective() -> None
     )
     state = classify(frames, pid=1, rank=0, active=True)
     assert state.activity is not RankActivity.collective
+
+
+def test_the_thread_holding_the_gil_is_the_line_that_matters() -> None:
+    """py-spy's threads of a rank whose worker thread sits in a C call that keeps the GIL:
+    the main thread waits on an Event; the holder's user frame is the culprit line."""
+    main = {
+        "thread_name": "MainThread",
+        "owns_gil": False,
+        "frames": [
+            {"name": "wait", "filename": "/usr/lib/python3.11/threading.py", "line": 629},
+            {"name": "main", "filename": "/job/train.py", "line": 38},
+        ],
+    }
+    holder = {
+        "thread_name": "Thread-1 (compress_in_c)",
+        "owns_gil": True,
+        "frames": [
+            {"name": "compress_in_c", "filename": "/job/train.py", "line": 25},
+            {"name": "run", "filename": "/usr/lib/python3.11/threading.py", "line": 982},
+        ],
+    }
+    found = gil_holder([main, holder], main)
+    assert found is not None
+    name, frame = found
+    assert name == "Thread-1 (compress_in_c)" and frame.line == 25
+    assert gil_holder([main, {**holder, "owns_gil": False}], main) is None

@@ -20,6 +20,7 @@ from triage.readers.stacks import (
     P2P_OPS,
     classify,
     frames_from_py_spy,
+    gil_holder,
     pick_main_thread,
     stack_evidence,
 )
@@ -121,5 +122,10 @@ def dump_stacks(
         )
         if state.rank is None:
             state.rank = _spawn_index(state)
+        holder = gil_holder(dump.threads, main)
+        if holder is not None and not state.activity.waits_on_peers:
+            name, frame = holder
+            state.activity, state.user_frame = RankActivity.gil_held, frame
+            state.detail = f"thread {name} holds the GIL in {frame.function}"
         evidence.append(stack_evidence(state, f"pid:{dump.pid}"))
     return ToolOutput(evidence=evidence, gaps=gaps)

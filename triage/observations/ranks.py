@@ -71,6 +71,8 @@ class RankActivity(StrEnum):
     io = "io"
     idle = "idle"
     lock = "lock"
+    #: Another thread holds the GIL (a C call that never releases it): this one cannot run.
+    gil_held = "gil_held"
     debugger = "debugger"
     stopped = "stopped"
     unknown = "unknown"

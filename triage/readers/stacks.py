@@ -109,6 +109,24 @@ def pick_main_thread(threads: Sequence[dict[str, Any]]) -> dict[str, Any] | None
     return threads[0]
 
 
+def gil_holder(
+    threads: Sequence[dict[str, Any]], main: dict[str, Any] | None
+) -> tuple[str, Frame] | None:
+    """Another thread that holds the GIL in user code, and its innermost user frame.
+
+    A C call that keeps the GIL (a ctypes.PyDLL call, an extension that never releases it)
+    freezes every other thread of the process: the main thread then sits in whatever it
+    was doing, and the line that matters is the holder's.
+    """
+    for thread in threads:
+        if thread is main or not thread.get("owns_gil"):
+            continue
+        user = next((f for f in frames_from_py_spy(thread) if is_user_code(f.file)), None)
+        if user is not None:
+            return str(thread.get("thread_name") or thread.get("thread_id") or "?"), user
+    return None
+
+
 def _is_user_driven(thread: dict[str, Any]) -> bool:
     """Background torch threads (watchdogs, pin-memory) have no user frames."""
     return any(is_user_code(str(f.get("filename", ""))) for f in thread.get("frames") or [])

@@ -16,6 +16,8 @@ _ADVICE = {
     RankActivity.io: "I/O (checkpointing, logging, a network filesystem)",
     RankActivity.idle: "a blocking call outside torch.distributed (sleep, input, socket, subprocess)",
     RankActivity.lock: "a lock, queue or thread join",
+    RankActivity.gil_held: "a thread that holds the GIL and never lets it go (a C or "
+    "extension call that does not release it), so its main thread cannot run; the call is",
     RankActivity.debugger: "a debugger breakpoint",
     RankActivity.stopped: "a stopped state (SIGSTOP or SIGTSTP: `kill -STOP`, job control, a "
     "debugger): it runs nothing until SIGCONT",
