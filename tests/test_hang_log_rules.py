@@ -759,6 +759,25 @@ def test_one_collective_whose_input_a_rank_branch_resizes_is_a_shape_mismatch(
     assert "`if rank == 0 and step == 2:`" in top.summary
 
 
+def test_a_quiet_rank_whose_peers_lost_the_connection_exited(tmp_path: Path) -> None:
+    """Rank 1 called os._exit (or got SIGKILL) and logged nothing; rank 0 saw its gloo
+    connection close before any timeout. A hung rank keeps its sockets open: rank 1's
+    process is gone."""
+    script = _write(tmp_path, "loop.py", LOOP_SCRIPT)
+    closed = (
+        "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] "
+        "Connection closed by peer [127.0.0.1]:41562"
+    )
+    logs = {
+        "rank0.log": "step 3 loss 0.25\n" + loop_log(0, "all_reduce", script, error=closed),
+        "rank1.log": "step 3 loss 0.31\n",
+    }
+    top = diagnose(tmp_path, logs)[0]
+    assert top.cause_id == "hang.rank_exited"
+    assert top.ranks == [1]
+    assert "lost the connection to it" in top.summary
+
+
 # --- NCCL watchdog (public reports) ---------------------------------------------------------
 
 

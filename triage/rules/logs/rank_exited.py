@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._hang_lines import HangLog, hang_log
+from triage.rules.logs._signals import signals
 from triage.text import format_ranks
 
 # The NCCL watchdog aborts timed-out ranks with SIGABRT (-6) and the launcher stops the
@@ -55,9 +56,14 @@ def rank_exited(evidence: EvidenceSet) -> Iterator[Finding]:
     torch.distributed.elastic error files (@record); `dmesg | grep -i oom`.
     """
     view = hang_log(evidence)
-    if not view.waiting and not view.barrier_missing:
+    # A hung peer keeps its sockets open: only a process that is gone closes them.
+    closed = {s.rank for _, s in signals(evidence) if s.peer_symptom and s.rank is not None} - set(
+        view.own_errors
+    )
+    waiters = set(view.waiting) | closed
+    if not waiters and not view.barrier_missing:
         return
-    deaths = _deaths(view)
+    deaths = _deaths(view, waiters) + _vanished(view, closed)
     if not deaths:
         return
     top = max(d.confidence for d in deaths)
@@ -69,12 +75,15 @@ def rank_exited(evidence: EvidenceSet) -> Iterator[Finding]:
         else f"local rank {format_ranks(sorted({d.local_rank for d in chosen if d.local_rank is not None}))}"
     )
     waiting = sorted(view.waiting)
+    lost = sorted(closed - set(view.waiting))
+    then = (
+        f"rank {format_ranks(waiting)} waited for it in a collective and timed out"
+        if waiting
+        else f"rank {format_ranks(lost)} lost the connection to it"
+    )
     yield Finding(
         title=f"{who} exited while its peers waited in a collective",
-        summary=(
-            f"{who.capitalize()} {chosen[0].how}, while rank {format_ranks(waiting)} "
-            "waited for it in a collective and timed out."
-        ),
+        summary=f"{who.capitalize()} {chosen[0].how}, while {then}.",
         ranks=ranks,
         location=view.location(ranks),
         other_locations=[loc for loc in [view.location(sorted(view.waiting))] if loc],
@@ -89,14 +98,28 @@ def rank_exited(evidence: EvidenceSet) -> Iterator[Finding]:
     )
 
 
-def _deaths(view: HangLog) -> list[_Death]:
+def _vanished(view: HangLog, closed: set[int]) -> list[_Death]:
+    """Ranks whose own log ends with no error while every other rank that logged reports a
+    closed connection and none timed out: the quiet ones' processes are gone (os._exit, a
+    kill signal such as the OOM killer's SIGKILL, a crash below Python)."""
+    quiet = [r for r in view.silent() if r not in closed]
+    if not closed or view.waiting or not quiet or set(view.rank_logs) - set(quiet) - closed:
+        return []
+    how = (
+        "logged no error of its own and its connections closed: its process is gone "
+        "(os._exit, a kill signal such as the host OOM killer's SIGKILL, a crash below Python)"
+    )
+    return [_Death(r, None, how, 0.6, view.rank_logs[r][0].id) for r in quiet]
+
+
+def _deaths(view: HangLog, waiters: set[int]) -> list[_Death]:
     out: list[_Death] = []
     named_by_rank = any(s.signature == "elastic.child_failed" for _, s in view.launcher)
     for item, sig in view.launcher:
         f = sig.fields
         code = f.get("exitcode")
         if sig.signature == "elastic.child_failed" and sig.rank is not None:
-            if sig.rank in view.waiting or sig.rank in view.stopped:
+            if sig.rank in waiters or sig.rank in view.stopped:
                 continue
             signal = f" ({f['signal']})" if f.get("signal") else ""
             confidence = _exit_confidence(view, sig.rank, code)
@@ -112,7 +135,7 @@ def _deaths(view: HangLog) -> list[_Death]:
             how = f"exited with code {code}"
             out.append(_Death(None, f.get("local_rank"), how, 0.5, item.id))
     for rank, (item, record) in view.own_errors.items():
-        if rank in view.waiting:
+        if rank in waiters:
             continue
         where = (
             f" at {record.user_frame.file}:{record.user_frame.line}" if record.user_frame else ""
