@@ -216,6 +216,40 @@ def test_a_barrier_in_a_rank_branch_is_a_mismatch_one_after_the_loop_uneven(tmp_
     assert unread["hang.uneven_inputs"][1] < unread["hang.mismatched_collective"][1]
 
 
+def test_most_of_a_group_outside_every_recorded_collective_is_not_a_confident_culprit(
+    tmp_path: Path,
+) -> None:
+    """Three of four ranks never enqueued the collective the fourth waits in: they likely
+    wait in something the recorder does not record (new_group, a store barrier)."""
+    from triage.registry import EvidenceSet, run_rules, select
+
+    train = tmp_path / "train.py"
+    train.write_text(TRAIN)
+
+    def verdict(idle: list[int], waiting: list[int]) -> tuple[list[int], float]:
+        point = FRStuckGroup(
+            group="0",
+            members=4,
+            membership="world",
+            world=4,
+            seq=9,
+            root=True,
+            sides=[
+                side("waiting", waiting, "all_reduce", train, 6),
+                FRSide(state="idle", ranks=idle),
+            ],
+        )
+        item = Evidence(
+            id=point.evidence_id(), kind="fr_stuck", source="t", summary="", data=point.model_dump()
+        )
+        found = run_rules(select(["hang.rank_not_in_collective"]), EvidenceSet([item]))
+        return next((f.ranks, f.confidence) for _, f in found)
+
+    assert verdict([3], [0, 1, 2]) == ([3], 0.85)
+    ranks, confidence = verdict([0, 1, 2], [3])
+    assert ranks == [0, 1, 2] and confidence < 0.5
+
+
 def test_hang_playbook_reads_a_flight_recorder_dir() -> None:
     """What `triage hang --flight-recorder DIR` hands the engine."""
     from triage.engine import follow

@@ -778,6 +778,79 @@ def test_a_quiet_rank_whose_peers_lost_the_connection_exited(tmp_path: Path) -> 
     assert "lost the connection to it" in top.summary
 
 
+HELPER_SCRIPT = """\
+import torch.distributed as dist
+
+
+def sync(grad, on):
+    if on:
+        dist.all_reduce(grad)
+
+
+def main(rank, grad):
+    for step in range(5):
+        sync(grad, not (rank == 1 and step == 2))
+    dist.barrier()
+"""
+
+
+def _helper_log(rank: int, script: str, frames: list[tuple[int, str, str]], op: str) -> str:
+    lines = ["Traceback (most recent call last):"]
+    for line, function, code in frames:
+        lines += [f'  File "{script}", line {line}, in {function}', f"    {code}"]
+    lines += [
+        f'  File "{SITE}/c10d_logger.py", line 83, in wrapper',
+        "    return func(*args, **kwargs)",
+        f'  File "{SITE}/distributed_c10d.py", line 4181, in {op}',
+        "    work.wait()",
+        "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/"
+        "unbound_buffer.cc:78] Timed out waiting 5000ms for recv operation to complete",
+    ]
+    return "\n".join(f"[rank{rank}]: {text}" for text in lines) + "\n"
+
+
+def test_a_rank_past_the_loop_while_others_wait_under_a_helpers_if_may_have_skipped(
+    tmp_path: Path,
+) -> None:
+    """The others time out in an all_reduce that a helper runs only under `if on:`; the
+    rank at the final barrier may have had it false once (a skip) or run fewer steps: the
+    skip first, uneven inputs close behind, neither at 0.8."""
+    script = _write(tmp_path, "train.py", HELPER_SCRIPT)
+    waiting = [(11, "main", "sync(grad, ...)"), (6, "sync", "dist.all_reduce(grad)")]
+    logs = {
+        "rank0.log": _helper_log(0, script, waiting, "all_reduce"),
+        "rank1.log": _helper_log(1, script, [(12, "main", "dist.barrier()")], "barrier"),
+        "rank2.log": _helper_log(2, script, waiting, "all_reduce"),
+    }
+    found = diagnose(tmp_path, logs)
+    top = found[0]
+    assert top.cause_id == "hang.mismatched_collective", found
+    assert top.ranks == [1] and top.location is not None and top.location.line == 6
+    assert "`if on:`" in top.summary
+    uneven = by_cause(found)["hang.uneven_inputs"]
+    assert uneven.confidence < top.confidence < 0.8
+
+
+def test_a_sigkill_after_the_first_failure_may_be_the_launchers_teardown(tmp_path: Path) -> None:
+    """torchrun's report: rank 0 failed first (its watchdog's SIGABRT), rank 3 got SIGKILL
+    afterwards; ranks 0-2 timed out in one collective, rank 3's log is quiet. A rank that
+    ignores SIGTERM (stopped, stuck in C) is SIGKILLed by the teardown: not a confident
+    'rank 3 died first'."""
+    folder = Path(__file__).parent / "rules/logs.rank_not_in_collective/nccl_watchdog_silent_rank"
+    files = {p.name: p.read_text() for p in folder.glob("*.log")}
+    files["torchrun.log"] = (
+        files["torchrun.log"]
+        .replace("exitcode  : -15 (pid: 1237)", "exitcode  : -9 (pid: 1237)")
+        .replace(
+            "Signal 15 (SIGTERM) received by PID 1237", "Signal 9 (SIGKILL) received by PID 1237"
+        )
+    )
+    found = diagnose(tmp_path, files)
+    assert found[0].cause_id == "hang.rank_not_in_collective" and found[0].ranks == [3]
+    exited = by_cause(found).get("hang.rank_exited")
+    assert exited is None or (exited.confidence < 0.5 and "teardown" in exited.summary)
+
+
 # --- NCCL watchdog (public reports) ---------------------------------------------------------
 
 

@@ -65,17 +65,31 @@ def fr_rank_not_in_collective(evidence: EvidenceSet) -> Iterator[Finding]:
             all_wait = normal is not None and not any(
                 s.state in ("other_op", "other_shape", "elsewhere") for s in point.sides
             )
+            # Most of the group outside every recorded collective is not a few slow ranks:
+            # they likely wait in what the recorder does not record (new_group, a store
+            # barrier, gloo's send/recv), and the lone waiter may be the odd one.
+            crowd = len(ranks) * 2 > point.members
+            unrecorded = (
+                " Most of the group stands outside every recorded collective: they may wait in "
+                "something the recorder does not record (process-group creation, a store "
+                "barrier, gloo's send/recv), and the waiting rank may be the odd one."
+                if crowd
+                else ""
+            )
             yield Finding(
                 title=f"rank {format_ranks(ranks)} never reached collective seq {point.seq} "
                 f"of group {point.group}",
                 summary=f"Flight Recorder, group {point.group} ({point.members} ranks), stuck at "
                 f"collective seq {point.seq}: {waiting}; "
                 + "; ".join(s.describe() for s in idle)
-                + ".",
+                + "."
+                + unrecorded,
                 ranks=ranks,
                 location=location(first),
                 other_locations=[loc for loc in [location(normal)] if loc],
-                confidence=round((0.85 if all_wait else 0.7) * coverage(point), 3),
+                confidence=round(
+                    (0.45 if crowd else 0.85 if all_wait else 0.7) * coverage(point), 3
+                ),
                 evidence=[item.id, *(point.side_evidence_id(s) for s in idle)][:6],
                 fix=f"Find what rank {format_ranks(ranks)} does after {last} (dump its stack: "
                 "`triage hang --pids` or py-spy dump); make every rank reach the collective"

@@ -227,14 +227,7 @@ def _build(evidence: EvidenceSet) -> HangLog:
         waiting=dict(waiting),
         barrier_missing=dict(missing),
         present=present | set(rank_logs),
-        stopped={
-            s.rank
-            for _, s in launcher
-            if s.rank is not None
-            and s.signature == "elastic.child_failed"
-            and s.fields.get("signal") == "SIGTERM"
-            and not s.fields.get("first")
-        },
+        stopped=_stopped(launcher),
         rank_logs=rank_logs,
         own_errors=_own_errors(evidence),
         launcher=launcher,
@@ -244,6 +237,26 @@ def _build(evidence: EvidenceSet) -> HangLog:
         splits=splits,
         traced=trace_split(timeout_stacks(evidence)),
     )
+
+
+def _stopped(launcher: list[tuple[Evidence, LogSignal]]) -> set[int]:
+    """Ranks the launcher's teardown stopped: SIGTERM and not the first failure, or SIGKILL
+    after another rank failed first (the teardown kills a rank that ignores SIGTERM, being
+    stopped or stuck in C; an OOM kill would have been the first failure itself)."""
+    reports = [
+        s for _, s in launcher if s.signature == "elastic.child_failed" and s.rank is not None
+    ]
+    someone_first = any(s.fields.get("first") for s in reports)
+    return {
+        s.rank
+        for s in reports
+        if s.rank is not None
+        and not s.fields.get("first")
+        and (
+            s.fields.get("signal") == "SIGTERM"
+            or (s.fields.get("signal") == "SIGKILL" and someone_first)
+        )
+    }
 
 
 def _locations(evidence: EvidenceSet) -> dict[int, Location]:

@@ -10,14 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from triage.models import Evidence, Location
-from triage.observations import RankState
+from triage.observations import Frame, RankState
 from triage.readers import signatures
+from triage.readers.source import Block
 from triage.readers.stacks import classify
 from triage.registry import EvidenceSet
 from triage.rules.logs._signals import tracebacks
 from triage.rules.stacks._hang_view import (
     StateGroup,
     branch_of,
+    conditional_wait,
     excluding_branch,
     past_the_loop,
 )
@@ -128,3 +130,30 @@ def trace_split(stacks: list[tuple[Evidence, RankState]]) -> TraceSplit | None:
         )
         return TraceSplit(culprit, rest, None, groups, branch, frame.location())
     return TraceSplit(culprit, rest, None, groups, branch)
+
+
+def finished_side(traced: TraceSplit) -> tuple[StateGroup, StateGroup] | None:
+    """(the ranks past the loop, those still in it) of a split read as past the loop."""
+    if not traced.past_loop or traced.majority is None:
+        return None
+    finished, running = traced.culprit, traced.majority
+    if past_the_loop(running.first, finished.first):
+        finished, running = running, finished
+    return finished, running
+
+
+def skipped_call(traced: TraceSplit) -> tuple[StateGroup, StateGroup, Block, Frame] | None:
+    """Of a split read as past the loop: ranks still in it that wait in a collective under
+    an `if` whose test may differ per rank, which the finished ranks may have skipped once
+    (see stacks._hang_view.conditional_wait). (finished, waiting, the `if`, the call)."""
+    sides = finished_side(traced)
+    if sides is None:
+        return None
+    finished = sides[0]
+    for group in traced.groups:
+        if group.ranks == finished.ranks:
+            continue
+        found = conditional_wait(group, finished)
+        if found is not None:
+            return finished, group, found[0], found[1]
+    return None

@@ -6,7 +6,8 @@ from collections import Counter
 from collections.abc import Iterator
 
 from triage.models import Evidence, Finding, Location
-from triage.observations import LogSignal
+from triage.observations import Frame, LogSignal
+from triage.readers.source import Block
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._hang_lines import (
     Split,
@@ -15,7 +16,8 @@ from triage.rules.logs._hang_lines import (
     same_op_reports,
 )
 from triage.rules.logs._signals import ids, signals
-from triage.rules.logs._trace_split import TraceSplit
+from triage.rules.logs._trace_split import TraceSplit, skipped_call
+from triage.rules.stacks._hang_view import StateGroup
 from triage.text import format_ranks
 
 # How much a disagreement in each source says: DETAIL fingerprints are checked by torch
@@ -63,6 +65,10 @@ def mismatched_collective(evidence: EvidenceSet) -> Iterator[Finding]:
     traced = view.traced
     if traced is not None and traced.past_loop is None:
         yield _from_tracebacks(traced)
+        return
+    skip = skipped_call(traced) if traced is not None else None
+    if skip is not None:
+        yield _skipped(*skip)
         return
     yield from _from_reports(evidence)
     yield from _horovod(evidence)
@@ -130,6 +136,33 @@ def _from_tracebacks(traced: TraceSplit) -> Finding:
             )
         ),
         confirm=f"{culprit.label} logged the same number of steps as the others (not fewer)",
+    )
+
+
+def _skipped(finished: StateGroup, waiting: StateGroup, block: Block, call: Frame) -> Finding:
+    """Ranks past the loop while others wait in a collective under an `if` that can differ
+    per rank: a skip of that call (or fewer steps: logs.uneven_inputs, ranked below)."""
+    return Finding(
+        title=f"{finished.label} may have skipped the collective {waiting.label} timed out in",
+        summary=(
+            f"The timed-out collectives' tracebacks put {waiting.label} in {waiting.where()}, "
+            f"a call that runs only under `{block.text}` ({call.file}:{block.start}), and "
+            f"{finished.label} already after the loop, in {finished.where()}. A rank for which "
+            "that test was false on one step skipped the collective and ran out of collectives "
+            "one call early; a rank that ran fewer steps (hang.uneven_inputs) looks the same. "
+            "Each rank's step count separates the two."
+        ),
+        ranks=finished.ranks,
+        location=call.location(),
+        other_locations=[loc for loc in [finished.location, waiting.location] if loc],
+        confidence=0.6,
+        evidence=finished.evidence[:4] + waiting.evidence[:4],
+        fix=(
+            f"Every rank must issue the same collectives: `{block.text}` at "
+            f"{call.file}:{block.start} can differ per rank, so make its test the same on every "
+            "rank (all_reduce the flag first) or run the collective unconditionally."
+        ),
+        confirm=f"{finished.label} logged as many steps as the others (a skip), not fewer",
     )
 
 

@@ -8,7 +8,7 @@ from triage.models import Finding, Location
 from triage.observations import RankActivity
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._hang_lines import Split, hang_log, positions_text
-from triage.rules.stacks._hang_view import past_the_loop
+from triage.rules.logs._trace_split import finished_side, skipped_call
 from triage.text import format_ranks
 
 _FIX = (
@@ -52,21 +52,31 @@ def uneven_inputs(evidence: EvidenceSet) -> Iterator[Finding]:
     """
     view = hang_log(evidence)
     traced = view.traced
-    if traced is not None and traced.past_loop and traced.majority is not None:
-        finished, running = traced.culprit, traced.majority
-        if past_the_loop(running.first, finished.first):
-            finished, running = running, finished
+    sides = finished_side(traced) if traced is not None else None
+    if traced is not None and traced.majority is not None and sides is not None:
+        finished, running = sides
+        skip = skipped_call(traced)
+        also = (
+            f" Or as many steps with one collective fewer: {skip[1].label} "
+            f"{skip[1].verb('wait', 'waits')} at {skip[3].file}:{skip[3].line}, which runs "
+            f"only under `{skip[2].text}`; a rank for which that test was false once skipped "
+            "it and ran out early (hang.mismatched_collective). Each rank's step count "
+            "separates the two."
+            if skip
+            else ""
+        )
         yield Finding(
             title=f"{finished.label} left the training loop while {running.label} did not",
             summary=(
                 f"The timed-out collectives' tracebacks put {finished.label} after the loop, in "
-                f"{finished.where()}, while {running.label} still wait inside it, in "
-                f"{running.where()}: the ranks ran different numbers of steps."
+                f"{finished.where()}, while {running.label} still "
+                f"{running.verb('wait', 'waits')} inside it, in {running.where()}: the ranks "
+                f"ran different numbers of steps.{also}"
             ),
             ranks=traced.culprit.ranks,
             location=traced.culprit.location,
             other_locations=[loc for loc in [traced.majority.location] if loc],
-            confidence=0.8,
+            confidence=0.5 if skip else 0.8,
             evidence=finished.evidence[:3] + running.evidence[:3],
             fix=_FIX,
             confirm=f"{finished.label} logged fewer training steps than the others",
