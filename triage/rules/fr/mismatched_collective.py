@@ -76,8 +76,8 @@ def fr_mismatched_collective(evidence: EvidenceSet) -> Iterator[Finding]:
         if skipped is not None:
             block, at = skipped
             fix = (
-                f"the group's call at {Path(at.file).name}:{at.line} runs only under "
-                f"`{block.text}` (line {block.start}), a test that can differ per rank: rank "
+                f"the group's call at line {at.line} runs only under `{block.text}` "
+                f"({Path(at.file).name}:{block.start}), a test that can differ per rank: rank "
                 f"{format_ranks(ranks)}, skipping it once, reached its next collective early. "
                 "Make the test the same on every rank (all_reduce the flag first) or run the "
                 "collective unconditionally."

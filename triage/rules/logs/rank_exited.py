@@ -63,7 +63,10 @@ def rank_exited(evidence: EvidenceSet) -> Iterator[Finding]:
     waiters = set(view.waiting) | closed
     if not waiters and not view.barrier_missing:
         return
-    deaths = _deaths(view, waiters) + _vanished(view, closed)
+    # Without a timeout, a rank that raised or that the launcher names is a crash its peers
+    # saw as a closed connection (comm.peer_failure); only a silent rank is read here.
+    hung = bool(view.waiting or view.barrier_missing)
+    deaths = (_deaths(view) if hung else []) + _vanished(view, closed)
     if not deaths:
         return
     top = max(d.confidence for d in deaths)
@@ -112,14 +115,14 @@ def _vanished(view: HangLog, closed: set[int]) -> list[_Death]:
     return [_Death(r, None, how, 0.6, view.rank_logs[r][0].id) for r in quiet]
 
 
-def _deaths(view: HangLog, waiters: set[int]) -> list[_Death]:
+def _deaths(view: HangLog) -> list[_Death]:
     out: list[_Death] = []
     named_by_rank = any(s.signature == "elastic.child_failed" for _, s in view.launcher)
     for item, sig in view.launcher:
         f = sig.fields
         code = f.get("exitcode")
         if sig.signature == "elastic.child_failed" and sig.rank is not None:
-            if sig.rank in waiters or sig.rank in view.stopped:
+            if sig.rank in view.waiting or sig.rank in view.stopped:
                 continue
             signal = f" ({f['signal']})" if f.get("signal") else ""
             confidence = _exit_confidence(view, sig.rank, code)
@@ -135,7 +138,7 @@ def _deaths(view: HangLog, waiters: set[int]) -> list[_Death]:
             how = f"exited with code {code}"
             out.append(_Death(None, f.get("local_rank"), how, 0.5, item.id))
     for rank, (item, record) in view.own_errors.items():
-        if rank in waiters:
+        if rank in view.waiting:
             continue
         where = (
             f" at {record.user_frame.file}:{record.user_frame.line}" if record.user_frame else ""

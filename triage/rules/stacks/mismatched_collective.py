@@ -200,7 +200,7 @@ def _skip(
         ),
         summary=(
             f"{waiting.label.capitalize()} {waiting.verb('wait', 'waits')} in {waiting.where()}, "
-            f"a call that runs only under `{block.text}` ({frame.file}:{block.start}), while "
+            f"a call that runs only under `{block.text}` (line {block.start}), while "
             f"{finished.label} already {finished.verb('stand', 'stands')} at a later call, "
             f"{done[0].where()}. A rank for which that test was false on one step skipped the "
             "collective, ran out of collectives one call early and went on; a rank that ran "
