@@ -11,7 +11,6 @@ from triage.readers.source import (
     excludes_ranks,
     innermost_loop,
     is_rank_dependent,
-    rank_condition,
 )
 from triage.registry import EvidenceSet, rule
 from triage.rules.stacks._hang_view import (
@@ -20,6 +19,7 @@ from triage.rules.stacks._hang_view import (
     branch_of,
     conditional_wait,
     coverage_factor,
+    excluding_branch,
     hang_view,
     past_the_loop,
     skipped_branch,
@@ -154,24 +154,20 @@ def _left_out(
     which went on to their next collective: here, those already past the loop. (Without a
     loop, `if rank != 1:` on two ranks reads either way; the other paths decide it.)"""
     for waiting in blocked:
-        frame = waiting.first.user_frame
-        if frame is None or frame.line is None:
+        found = excluding_branch(waiting)
+        if found is None:
             continue
-        block = rank_condition(frame.file, frame.line)
-        if block is None or not excludes_ranks(block):
-            continue
-        later = [
-            (g, split[1])
+        block, frame = found
+        loop = innermost_loop(frame.file, frame.line or 0)
+        past = [
+            g
             for g in blocked
             if g is not waiting
             and (split := split_point(g.first, waiting.first)) is not None
-            and (split[1].line or 0) > (split[2].line or 0)
-        ]
-        loop = innermost_loop(frame.file, frame.line)
-        past = [
-            g
-            for g, at in later
-            if loop is not None and at.line is not None and not loop.start <= at.line <= loop.end
+            and (at := split[1].line) is not None
+            and at > (split[2].line or 0)
+            and loop is not None
+            and not loop.start <= at <= loop.end
         ]
         if past:
             return waiting, block, frame, past
