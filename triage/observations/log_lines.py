@@ -25,6 +25,9 @@ class LogSignal(Payload):
     local_rank: int | None = None
     host: str | None = None
     pid: int | None = None
+    device: int | None = Field(
+        default=None, description="The CUDA device NCCL's `host:pid:tid [dev]` prefix names."
+    )
     peer_symptom: bool = Field(
         default=False, description="The line reports another rank's failure, not its own."
     )

@@ -82,6 +82,7 @@ class Origin:
     local_rank: int | None = None
     host: str | None = None
     pid: int | None = None
+    device: int | None = None
 
     def key(self) -> tuple[object, ...]:
         return (self.rank, self.local_rank, self.host, self.pid)
@@ -128,7 +129,7 @@ def file_origin(path: str) -> Origin:
 
 def split_prefix(line: str, base: Origin) -> tuple[str, Origin]:
     """Strip `[rank3]:`, `[default3]:` and NCCL's `host:pid:tid [dev]` prefixes into an Origin."""
-    origin = Origin(base.rank, base.local_rank, base.host, base.pid)
+    origin = Origin(base.rank, base.local_rank, base.host, base.pid, base.device)
     while found := _RANK_PREFIX.match(line):  # torchrun may stack `[default2]:[rank2]:`
         number = int(found.group("n"))
         if found.group("role").lower() == "rank":
@@ -139,6 +140,7 @@ def split_prefix(line: str, base: Origin) -> tuple[str, Origin]:
     nccl = _NCCL_PREFIX.match(line)
     if nccl:
         origin.host, origin.pid = nccl.group("host"), int(nccl.group("pid"))
+        origin.device = int(nccl.group("dev"))
         line = line[nccl.end() :]
     if origin.rank is None:
         inline = _INLINE_RANK.search(line)
@@ -255,6 +257,7 @@ def _signal(
         local_rank=origin.local_rank,
         host=origin.host,
         pid=origin.pid,
+        device=origin.device,
         peer_symptom=sig.peer_symptom,
         fields=fields,
     )

@@ -71,3 +71,29 @@ signature(
     ),
     summary="memory ran out, or a process was SIGKILLed as the OOM killer does (cause not named)",
 )
+
+# Wrong results: a numerical comparison that failed (torch.testing, numpy), or a metric
+# reported per number of GPUs (`1 gpu: 0.7729`, `8 GPUs: 53.7%`): results that depend on
+# the world size are the defining symptom of the wrong.* causes.
+signature(
+    "generic.values_differ",
+    r"Tensor-likes are not (?:close|equal)|Mismatched elements: \d+ / \d+|"
+    r"Arrays are not (?:almost )?equal|Not equal to tolerance|Scalars are not (?:close|equal)",
+    anchors=(
+        "Tensor-likes are not",
+        "Mismatched elements: ",
+        "Arrays are not",
+        "Not equal to tolerance",
+        "Scalars are not",
+    ),
+    summary="a numerical comparison failed: two results that should match do not",
+)
+
+signature(
+    "generic.metric_per_world_size",
+    r"^\W{0,4}(?P<gpus>\d{1,4}) ?(?:x ?)?(?:gpus?|GPUs?|GPU\(s\)|cards?)\b\W{0,4}"
+    r"(?:\w+\W{1,3}){0,3}?(?P<value>\d+(?:\.\d+)?)\s*%?\s*$",
+    anchors=("gpu", "GPU", "card"),
+    summary="a metric reported for one number of GPUs (compare the lines for others)",
+    extract=lambda found: {"gpus": int(found["gpus"]), "value": float(found["value"])},
+)

@@ -258,6 +258,48 @@ signature(
 )
 
 
+# A rank's own progress print around a collective, as people add them to find a hang:
+# `Rank 7 tensor before allreduce: torch.Size([32768000])`, `[rank 2] entering barrier`,
+# `Before barrier for rank 6`. The rank comes from the line or its `[rankN]:` prefix.
+_COLLECTIVE = (
+    r"(?:all_?reduce|all_?gather(?:_object|_into_tensor)?|reduce_?scatter(?:_tensor)?|"
+    r"broadcast(?:_object_list)?|(?:monitored_)?barrier|all_?to_?all(?:_single)?)"
+)
+_ENTERING = r"(?:before|entering|calling|waiting (?:at|for|in|on)|start(?:ing)?)"
+_LEAVING = r"(?:after|leaving|exiting|passed|done with|finished|returned from)"
+_PRINT_RANK = re.compile(r"(?i)\brank[\s:=#_-]*(?P<rank>\d+)\b")
+_PRINT_SHAPE = re.compile(
+    r"torch\.Size\(\[(?P<shape>[\d, ]*)\]\)|\bshape[=: ]+\(?\[?(?P<dims>\d+(?:, ?\d+)*)"
+)
+
+
+def _progress_print(found: re.Match[str]) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "op": found["coll"].lower().replace("_", ""),
+        "entering": found["entering"] is not None,
+    }
+    rank = _PRINT_RANK.search(found.string)
+    if rank is not None:
+        fields["rank"] = int(rank["rank"])
+    shape = _PRINT_SHAPE.search(found.string)
+    if shape is not None:
+        fields["shape"] = (shape["shape"] or shape["dims"]).replace(" ", "")
+    return fields
+
+
+signature(
+    "hang.progress_print",
+    rf"(?i)\b(?:(?P<entering>{_ENTERING})|{_LEAVING})\b(?:\W+\w+){{0,3}}?\W+(?P<coll>{_COLLECTIVE})\b",
+    anchors=tuple(
+        variant
+        for word in ("reduce", "gather", "scatter", "broadcast", "barrier", "to_all", "toall")
+        for variant in (word, word.capitalize(), word.upper())
+    ),
+    summary="a rank's own print before or after a collective (where the user traced it)",
+    extract=_progress_print,
+)
+
+
 signature(
     "hang.unique_id_timeout",
     r"\[(?P<rank>\d+)\] is setting up NCCL communicator and retrieving ncclUniqueId from "

@@ -74,6 +74,9 @@ class Ledger:
             "fingerprint": "TORCH_DISTRIBUTED_DEBUG=DETAIL fingerprints",
             "watchdog": "watchdog timeouts and progress",
             "opcount": "NCCL opCount traces",
+            "opcount_device": "NCCL opCount traces (ranks read as the CUDA device of each"
+            " process on one host)",
+            "print": "ranks' own prints before their collectives",
         }[self.source]
 
 
@@ -216,6 +219,7 @@ def _build(evidence: EvidenceSet) -> HangLog:
         _fingerprints(evidence, order),
         *_watchdog(evidence, progress, order),
         *_opcounts(evidence, order),
+        _prints(evidence, order),
     ]
     splits = [
         s
@@ -399,14 +403,18 @@ def _timed_out(
 
 def _opcounts(evidence: EvidenceSet, order: dict[str, int]) -> list[Ledger]:
     """Each rank's last enqueued op on its largest communicator (the world, usually)."""
+    found = signals(evidence, "hang.nccl_coll")
     per_rank: dict[int, list[tuple[Evidence, LogSignal]]] = defaultdict(list)
-    for item, sig in signals(evidence, "hang.nccl_coll"):
+    for item, sig in found:
         if sig.rank is not None:
             per_rank[sig.rank].append((item, sig))
+    source = "opcount"
+    if not per_rank:
+        per_rank, source = _by_device(found), "opcount_device"
     ledgers: dict[int, Ledger] = {}
     for rank, items in per_rank.items():
         nranks = max(int(s.fields["nranks"]) for _, s in items)
-        ledger = ledgers.setdefault(nranks, Ledger("opcount", f"{nranks} ranks"))
+        ledger = ledgers.setdefault(nranks, Ledger(source, f"{nranks} ranks"))
         for item, sig in items:
             if int(sig.fields["nranks"]) != nranks:
                 continue
@@ -416,6 +424,45 @@ def _opcounts(evidence: EvidenceSet, order: dict[str, int]) -> list[Ledger]:
                 ledger, Position(rank, f["opcount"], f["coll"], size, dtype, True, item.id), order
             )
     return list(ledgers.values())
+
+
+def _prints(evidence: EvidenceSet, order: dict[str, int]) -> Ledger:
+    """Each rank's last print before a collective: the one it went into and did not leave
+    or left last (sizes where the print shows a tensor's)."""
+    ledger = Ledger("print", "default")
+    for item, sig in signals(evidence, "hang.progress_print"):
+        if sig.rank is not None and sig.fields.get("entering"):
+            f = sig.fields
+            _place(
+                ledger, Position(sig.rank, None, f["op"], f.get("shape"), evidence=item.id), order
+            )
+    return ledger
+
+
+def _by_device(
+    found: list[tuple[Evidence, LogSignal]],
+) -> dict[int, list[tuple[Evidence, LogSignal]]]:
+    """COLL lines no line ties to a rank, keyed by the CUDA device in NCCL's prefix: on one
+    host, where each process names another device, the device is the process's local rank
+    (`grep -r NCCL` over per-rank files, without the init lines that name ranks)."""
+    devices: dict[tuple[str | None, int | None], set[int]] = defaultdict(set)
+    for _, sig in found:
+        if sig.device is not None:
+            devices[(sig.host, sig.pid)].add(sig.device)
+    named = [next(iter(d)) for d in devices.values() if len(d) == 1]
+    one_host = len({host for host, _ in devices}) == 1
+    if (
+        len(named) < 2
+        or len(named) != len(devices)
+        or len(set(named)) != len(named)
+        or not one_host
+    ):
+        return {}
+    per_device: dict[int, list[tuple[Evidence, LogSignal]]] = defaultdict(list)
+    for item, sig in found:
+        if sig.device is not None:
+            per_device[sig.device].append((item, sig))
+    return per_device
 
 
 def split(ledger: Ledger, locations: dict[int, Location]) -> Split | None:

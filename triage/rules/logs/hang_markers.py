@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from triage.models import Finding
+from triage.models import Evidence, Finding
+from triage.observations import TracebackRecord
+from triage.readers.stacks import COLLECTIVE_OPS
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._signals import ranks_of, signals
+from triage.rules.logs._signals import Signal, ranks_of, signals, tracebacks
 from triage.text import format_ranks
 
 
@@ -18,6 +20,9 @@ def hang_markers(evidence: EvidenceSet) -> Iterator[Finding]:
     Generic hang markers: a watchdog's collective operation timeout in any wording (also
     wrapped over lines), `Timeout(ms)=`, ncclCommWatchdog and checkTimeout frames, a
     "Detected mismatch between collectives" report cut short, Horovod's stall inspector.
+    Without those, weaker ones (0.15): a process's own print before a collective with no
+    print after it, or a stack without an exception that stands inside a collective (a
+    dump, or frames pasted from one).
 
     Why it happens:
     Some rank is not where the others are: it skipped or added a collective, runs something
@@ -25,7 +30,7 @@ def hang_markers(evidence: EvidenceSet) -> Iterator[Finding]:
     in the text (one rank's log only, no DETAIL output, no stacks, no dumps).
 
     Evidence:
-    generic.collective_stall lines, per rank.
+    generic.collective_stall lines, per rank; else hang.progress_print lines and stacks.
 
     Fix:
     Gather what tells the ranks apart: every rank's log, py-spy stacks of the live ranks
@@ -41,6 +46,7 @@ def hang_markers(evidence: EvidenceSet) -> Iterator[Finding]:
     """
     found = signals(evidence, "generic.collective_stall")
     if not found:
+        yield from _weak_markers(evidence)
         return
     ranks = ranks_of(s for _, s in found)
     who = f" on rank {format_ranks(ranks)}" if ranks else ""
@@ -56,3 +62,59 @@ def hang_markers(evidence: EvidenceSet) -> Iterator[Finding]:
         " TORCH_DISTRIBUTED_DEBUG=DETAIL.",
         confirm="stacks or dumps of every rank show where each one is",
     )
+
+
+def _weak_markers(evidence: EvidenceSet) -> Iterator[Finding]:
+    """Text that shows processes inside collectives but no timeout: where they stopped."""
+    entered = _entered(evidence)
+    stacks = _in_collectives(evidence)
+    if not entered and not stacks:
+        return
+    where = [
+        f"{_writer(s.rank)} printed `{s.text[:100]}` and nothing after it" for _, s in entered
+    ][:2] + [f"a stack stands in {op}" for _, op in stacks][:2]
+    yield Finding(
+        title="processes stopped inside collectives, cause not visible",
+        summary=f"No timeout or error line, but {'; '.join(where)}: the job looks hung there,"
+        " and no line says which rank was elsewhere or why.",
+        ranks=[],
+        confidence=0.15,
+        evidence=([e.id for e, _ in entered] + [e.id for e, _ in stacks])[:8],
+        fix="Gather what tells the ranks apart while the job hangs: py-spy stacks of every"
+        " rank (`triage hang --pids ...`), Flight Recorder dumps, or a rerun with"
+        " TORCH_DISTRIBUTED_DEBUG=DETAIL and NCCL_DEBUG=INFO.",
+        confirm="stacks or dumps of every rank show where each one is",
+    )
+
+
+def _entered(evidence: EvidenceSet) -> list[Signal]:
+    """Each writer's last print around each collective, where it is the one before the call."""
+    last: dict[tuple[object, ...], Signal] = {}
+    for item, sig in sorted(signals(evidence, "hang.progress_print"), key=lambda f: f[1].line):
+        last[(sig.path, sig.rank, sig.pid, sig.fields["op"])] = (item, sig)
+    return [(e, s) for e, s in last.values() if s.fields.get("entering")]
+
+
+def _in_collectives(evidence: EvidenceSet) -> list[tuple[Evidence, str]]:
+    """Stacks without an exception (or stopped by Ctrl-C or SIGTERM) whose torch.distributed
+    frames include a collective."""
+    out: list[tuple[Evidence, str]] = []
+    for item, record in tracebacks(evidence):
+        if (record.dump or record.exception is None) and (op := _collective(record)) is not None:
+            out.append((item, op))
+    return out
+
+
+def _collective(record: TracebackRecord) -> str | None:
+    return next(
+        (
+            f.function
+            for f in reversed(record.frames)
+            if "torch/distributed/" in f.file and f.function in COLLECTIVE_OPS
+        ),
+        None,
+    )
+
+
+def _writer(rank: int | None) -> str:
+    return f"rank {rank}" if rank is not None else "a process"

@@ -22,7 +22,13 @@ from triage.text import format_ranks
 
 # How much a disagreement in each source says: DETAIL fingerprints are checked by torch
 # itself; watchdog sequence numbers and opCounts can also lag for a moment on a slow rank.
-_TRUST = {"fingerprint": 0.85, "watchdog": 0.75, "opcount": 0.7}
+_TRUST = {
+    "fingerprint": 0.85,
+    "watchdog": 0.75,
+    "opcount": 0.7,
+    "opcount_device": 0.6,
+    "print": 0.55,
+}
 
 
 @rule("logs.mismatched_collective", "hang.mismatched_collective")
@@ -180,7 +186,7 @@ def _confidence(split: Split) -> float:
 def _finding(split: Split, location: Location | None, confidence: float) -> Finding:
     culprits = format_ranks(split.ranks)
     others = (
-        f", while {positions_text(split.majority)}"
+        f", and {positions_text(split.majority)}"
         if split.majority
         else "; the logs cannot tell which side is wrong"
     )

@@ -18,7 +18,13 @@ from triage.rules.logs._signals import ids
 from triage.rules.stacks.shape_mismatch import reshaped_call
 from triage.text import format_ranks
 
-_TRUST = {"fingerprint": 0.88, "watchdog": 0.75, "opcount": 0.7}
+_TRUST = {
+    "fingerprint": 0.88,
+    "watchdog": 0.75,
+    "opcount": 0.7,
+    "opcount_device": 0.6,
+    "print": 0.55,
+}
 
 
 @rule("logs.shape_mismatch", "hang.shape_mismatch")
@@ -62,7 +68,7 @@ def shape_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     best = max(candidates, key=_confidence)
     culprits = format_ranks(best.ranks)
     others = (
-        f", while {positions_text(best.majority)}"
+        f", and {positions_text(best.majority)}"
         if best.majority
         else "; the logs cannot tell which size is wrong"
     )

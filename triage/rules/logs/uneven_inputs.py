@@ -127,8 +127,8 @@ def _from_split(split: Split, location: Location | None, confidence: float) -> F
     return Finding(
         title=f"rank {culprits} is {split.gap} collectives away from the other ranks",
         summary=(
-            f"The {split.ledger.label} put {positions_text(split.culprits)}, while "
-            f"{positions_text(split.majority) or 'the others are elsewhere'}: "
+            f"The {split.ledger.label} put {positions_text(split.culprits)} and "
+            f"{positions_text(split.majority) or 'the others elsewhere'}: "
             f"{split.gap} collectives apart, whole steps rather than one skipped call, so the "
             "ranks ran different numbers of steps and one side left the loop."
         ),
