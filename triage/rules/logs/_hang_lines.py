@@ -115,6 +115,8 @@ class HangLog:
     present: set[int]
     #: Ranks the launcher reports only as stopped by its own teardown (SIGTERM, not first).
     stopped: set[int]
+    #: Ranks that logged a peer's failure (a connection their peer closed or reset).
+    lost_peer: set[int]
     rank_logs: dict[int, tuple[Evidence, LogFile]]
     own_errors: dict[int, tuple[Evidence, TracebackRecord]]
     launcher: list[tuple[Evidence, LogSignal]]
@@ -232,6 +234,7 @@ def _build(evidence: EvidenceSet) -> HangLog:
         barrier_missing=dict(missing),
         present=present | set(rank_logs),
         stopped=_stopped(launcher),
+        lost_peer={s.rank for _, s in signals(evidence) if s.peer_symptom and s.rank is not None},
         rank_logs=rank_logs,
         own_errors=_own_errors(evidence),
         launcher=launcher,

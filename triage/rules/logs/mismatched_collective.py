@@ -17,7 +17,7 @@ from triage.rules.logs._hang_lines import (
 )
 from triage.rules.logs._signals import ids, signals
 from triage.rules.logs._trace_split import TraceSplit, skipped_call
-from triage.rules.stacks._hang_view import StateGroup
+from triage.rules.stacks._hang_view import SKIP_STORY, StateGroup, skip_fix
 from triage.text import format_ranks
 
 # How much a disagreement in each source says: DETAIL fingerprints are checked by torch
@@ -153,21 +153,14 @@ def _skipped(finished: StateGroup, waiting: StateGroup, block: Block, call: Fram
         summary=(
             f"The timed-out collectives' tracebacks put {waiting.label} in {waiting.where()}, "
             f"a call that runs only under `{block.text}` ({call.file}:{block.start}), and "
-            f"{finished.label} already after the loop, in {finished.where()}. A rank for which "
-            "that test was false on one step skipped the collective and ran out of collectives "
-            "one call early; a rank that ran fewer steps (hang.uneven_inputs) looks the same. "
-            "Each rank's step count separates the two."
+            f"{finished.label} already after the loop, in {finished.where()}. {SKIP_STORY}"
         ),
         ranks=finished.ranks,
         location=call.location(),
         other_locations=[loc for loc in [finished.location, waiting.location] if loc],
         confidence=0.6,
         evidence=finished.evidence[:4] + waiting.evidence[:4],
-        fix=(
-            f"Every rank must issue the same collectives: `{block.text}` at "
-            f"{call.file}:{block.start} can differ per rank, so make its test the same on every "
-            "rank (all_reduce the flag first) or run the collective unconditionally."
-        ),
+        fix=skip_fix(block, call.file),
         confirm=f"{finished.label} logged as many steps as the others (a skip), not fewer",
     )
 

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._hang_lines import HangLog, hang_log
-from triage.rules.logs._signals import signals
 from triage.text import format_ranks
 
 # The NCCL watchdog aborts timed-out ranks with SIGABRT (-6) and the launcher stops the
@@ -57,9 +56,7 @@ def rank_exited(evidence: EvidenceSet) -> Iterator[Finding]:
     """
     view = hang_log(evidence)
     # A hung peer keeps its sockets open: only a process that is gone closes them.
-    closed = {s.rank for _, s in signals(evidence) if s.peer_symptom and s.rank is not None} - set(
-        view.own_errors
-    )
+    closed = view.lost_peer - set(view.own_errors)
     waiters = set(view.waiting) | closed
     if not waiters and not view.barrier_missing:
         return

@@ -174,7 +174,6 @@ def _quiet(evidence: EvidenceSet, view: HangLog, dead: set[int]) -> list[_Case]:
     quiet = sorted(view.present - set(view.waiting) - dead - set(view.barrier_missing) - traced)
     if not quiet:
         return []
-    peer_errors = {s.rank for _, s in signals(evidence) if s.peer_symptom and s.rank is not None}
     observed = {s.rank for _, s in signals(evidence, "hang.dump_signal_observed")}
     waiting_ids = [i for r in sorted(view.waiting) for i in view.waiting[r][:1]]
     out, silent = [], []
@@ -188,8 +187,8 @@ def _quiet(evidence: EvidenceSet, view: HangLog, dead: set[int]) -> list[_Case]:
                 "code, and reported no timeout itself."
             )
             out.append(_Case([rank], 0.65, why, [item_id, *waiting_ids], frame.location()))
-        elif rank in peer_errors or rank in observed:
-            late = rank in peer_errors
+        elif rank in view.lost_peer or rank in observed:
+            late = rank in view.lost_peer
             how = (
                 "only a lost connection later, when its peers were already gone"
                 if late

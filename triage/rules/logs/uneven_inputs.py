@@ -9,6 +9,7 @@ from triage.observations import RankActivity
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._hang_lines import Split, hang_log, positions_text
 from triage.rules.logs._trace_split import finished_side, skipped_call
+from triage.rules.stacks._hang_view import or_skipped
 from triage.text import format_ranks
 
 _FIX = (
@@ -56,15 +57,7 @@ def uneven_inputs(evidence: EvidenceSet) -> Iterator[Finding]:
     if traced is not None and traced.majority is not None and sides is not None:
         finished, running = sides
         skip = skipped_call(traced)
-        also = (
-            f" Or as many steps with one collective fewer: {skip[1].label} "
-            f"{skip[1].verb('wait', 'waits')} at {skip[3].file}:{skip[3].line}, which runs "
-            f"only under `{skip[2].text}`; a rank for which that test was false once skipped "
-            "it and ran out early (hang.mismatched_collective). Each rank's step count "
-            "separates the two."
-            if skip
-            else ""
-        )
+        also = or_skipped(skip[2], skip[3]) if skip else ""
         yield Finding(
             title=f"{finished.label} left the training loop while {running.label} did not",
             summary=(

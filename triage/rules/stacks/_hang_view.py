@@ -197,6 +197,33 @@ def skipped_branch(group: StateGroup, others: list[StateGroup]) -> tuple[Block, 
     return None
 
 
+#: Why a rank past the loop may have skipped a conditional collective, in every finding.
+SKIP_STORY = (
+    "A rank for which that test was false on one step skipped the collective, ran out of "
+    "collectives one call early and went on; a rank that ran fewer steps "
+    "(hang.uneven_inputs) looks the same. Each rank's step count separates the two."
+)
+
+
+def skip_fix(block: Block, file: str) -> str:
+    """The fix of a collective that runs only under an `if` that can differ per rank."""
+    return (
+        f"Every rank must issue the same collectives: `{block.text}` at {file}:{block.start} "
+        "can differ per rank, so make its test the same on every rank (all_reduce the flag "
+        "first) or run the collective unconditionally."
+    )
+
+
+def or_skipped(block: Block, call: Frame) -> str:
+    """The uneven-inputs findings' second reading: one conditional collective skipped."""
+    return (
+        f" Or as many steps with one collective fewer: the call they wait in, "
+        f"{call.file}:{call.line}, runs only under `{block.text}`; a rank for which that test "
+        "was false once skipped it and ran out early (hang.mismatched_collective). Each "
+        "rank's step count separates the two."
+    )
+
+
 def conditional_wait(waiting: StateGroup, ahead: StateGroup) -> tuple[Block, Frame] | None:
     """The `if` around the collective `waiting` blocks in, below where its path parts from
     `ahead`'s (in the loop there, or in a function called from it: a hook, an autograd

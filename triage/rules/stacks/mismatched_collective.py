@@ -14,6 +14,7 @@ from triage.readers.source import (
 )
 from triage.registry import EvidenceSet, rule
 from triage.rules.stacks._hang_view import (
+    SKIP_STORY,
     HangView,
     StateGroup,
     branch_of,
@@ -22,6 +23,7 @@ from triage.rules.stacks._hang_view import (
     excluding_branch,
     hang_view,
     past_the_loop,
+    skip_fix,
     skipped_branch,
     split_point,
 )
@@ -198,21 +200,14 @@ def _skip(
             f"{waiting.label.capitalize()} {waiting.verb('wait', 'waits')} in {waiting.where()}, "
             f"a call that runs only under `{block.text}` (line {block.start}), while "
             f"{finished.label} already {finished.verb('stand', 'stands')} at a later call, "
-            f"{done[0].where()}. A rank for which that test was false on one step skipped the "
-            "collective, ran out of collectives one call early and went on; a rank that ran "
-            "fewer steps (hang.uneven_inputs) looks the same. Each rank's step count separates "
-            "the two."
+            f"{done[0].where()}. {SKIP_STORY}"
         ),
         ranks=finished.ranks,
         location=frame.location(),
         other_locations=[g.location for g in done if g.location],
         confidence=round(confidence * coverage_factor(view), 3),
         evidence=finished.evidence[:3] + waiting.evidence[:3],
-        fix=(
-            f"Every rank must issue the same collectives: `{block.text}` at "
-            f"{frame.file}:{block.start} can differ per rank, so make its test the same on every "
-            "rank (all_reduce the flag first) or run the collective unconditionally."
-        ),
+        fix=skip_fix(block, frame.file),
         confirm=(
             f"{finished.label} logged as many steps as the others (a skip), not fewer (uneven "
             "inputs); TORCH_DISTRIBUTED_DEBUG=DETAIL names the collective each rank entered"

@@ -11,6 +11,7 @@ from triage.rules.stacks._hang_view import (
     coverage_factor,
     hang_view,
     is_exiting,
+    or_skipped,
     past_the_loop,
 )
 
@@ -75,12 +76,7 @@ def uneven_inputs(evidence: EvidenceSet) -> Iterator[Finding]:
         if skip is not None:
             block, frame = skip
             confidence = min(confidence, 0.5)
-            also = (
-                f" Or the same number of steps with one collective fewer: the call they wait in, "
-                f"{frame.file}:{frame.line}, runs only under `{block.text}`, and a rank for which "
-                "that test was false on one step skipped it and ran out early "
-                "(hang.mismatched_collective). Each rank's step count separates the two."
-            )
+            also = or_skipped(block, frame)
         yield Finding(
             title=f"{finished.label} left the training loop while {running.label} did not",
             summary=(
