@@ -205,7 +205,8 @@ def _nccl_error(found: re.Match[str]) -> dict[str, Any]:
 
 signature(
     "nccl.error",
-    r"(?:NCCL (?:error|Error)(?: \d+)?(?: in: (?P<where>\S+?))?[:,]\s*(?P<text>unhandled system error"
+    r"(?:(?:NCCL (?:error|Error)(?: \d+)?(?: in: (?P<where>\S+?))?[:,]|NCCL failure \S+ ')"
+    r"\s*(?P<text>unhandled system error"
     r"|unhandled cuda error|internal error|invalid usage|invalid argument)"
     r"|\b(?P<code>ncclSystemError|ncclUnhandledCudaError|ncclInternalError|ncclInvalidUsage"
     r"|ncclInvalidArgument)\b)",
@@ -217,10 +218,32 @@ signature(
         "ncclInternalError",
         "ncclInvalidUsage",
         "ncclInvalidArgument",
+        "NCCL failure",
     ),
     summary="an NCCL call failed with a result code (system, CUDA, internal, usage error)",
     extract=_nccl_error,
 )
+
+# nccl-tests (all_reduce_perf & co.): the ranks it runs, then one row per message size.
+# A header with no row after it is a test stuck in its first collective.
+signature(
+    "nccl.tests_rank",
+    r"^#\s+Rank\s+(?P<test_rank>\d+)(?:\s+Group\s+\d+)?\s+Pid\s+(?P<pid>\d+)\s+on\s+(?P<host>\S+)"
+    r"\s+device\s+(?P<device>\d+)",
+    anchors="Pid ",
+    summary="nccl-tests names a rank it runs: its process, host and GPU (one process may run"
+    " several ranks, so the rank ties no pid)",
+    extract=lambda found: {"test_rank": int(found["test_rank"]), "device": int(found["device"])},
+)
+
+signature(
+    "nccl.tests_result",
+    r"^\s*(?P<size>\d+)\s+(?P<count>\d+)\s+(?:float|half|bfloat16|double|u?int(?:8|32|64)|fp8\w*)"
+    r"\s+\w+\s+-?\d+\s+[\d.]+",
+    anchors=(" float ", " half ", " bfloat16 ", " double ", "int8 ", "int32 ", "int64 ", " fp8"),
+    summary="nccl-tests measured one message size (a row of its table)",
+)
+
 
 signature(
     "nccl.remote_error",

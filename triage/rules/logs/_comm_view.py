@@ -17,9 +17,14 @@ from triage.rules.logs._signals import Found, Signal, ids, ranks_of, signals, st
 P = TypeVar("P", LogSignal, TracebackRecord)
 Traceback = tuple[Evidence, TracebackRecord]
 
-#: NCCL_DEBUG=INFO lines that describe the setup, not a failure.
+#: Lines that describe the setup or the progress, not a failure: NCCL_DEBUG=INFO's, the
+#: ranks and rows of nccl-tests, per-op COLL traces, a rank's own prints around collectives.
 FACTS = frozenset(
     {
+        "nccl.tests_rank",
+        "nccl.tests_result",
+        "hang.nccl_coll",
+        "hang.progress_print",
         "nccl.version",
         "nccl.bootstrap_interface",
         "nccl.socket_interfaces",
@@ -159,6 +164,16 @@ class CommView:
     def has(self, *names: str) -> bool:
         return any(self.by_name.get(name) for name in names)
 
+    def unnamed(self, *kinds: str) -> list[Signal]:
+        """NCCL result codes of these kinds ("system", "internal") when no line names the
+        call that failed: no specific signature, no lost peer, no failure of another family.
+        The comm rules then rank their usual suspects low, beside comm.unknown."""
+        if any(self.by_name.get(name) for name in SPECIFIC) or self.other_failures():
+            return []
+        if any(s.peer_symptom for items in self.by_name.values() for _, s in items):
+            return []
+        return [(e, s) for e, s in self.of("nccl.error") if s.fields.get("kind") in kinds]
+
     @property
     def multi_host(self) -> bool | None:
         """True/False when the logs tell, None when they do not name hosts."""
@@ -228,6 +243,11 @@ class CommView:
             return False
         return self.silent()
 
+    def tests_stalled(self) -> bool:
+        """nccl-tests named its ranks and measured no size, with no error: its first
+        collective never returned (or the paste stops there)."""
+        return self.has("nccl.tests_rank") and not self.has("nccl.tests_result") and self.silent()
+
     def silent(self, *, allow_timeouts: bool = False) -> bool:
         """No failure line and no traceback but the teardown of a stuck job (and collective
         timeouts when `allow_timeouts`)."""
@@ -280,6 +300,7 @@ def _build(evidence: EvidenceSet) -> CommView:
     # NCCL prefixes carry the short hostname, torchelastic's report the FQDN: compare the
     # short names, and trust the report only when no NCCL line names a host.
     hosts = {_short(s.host) for items in by_name.values() for _, s in items if s.host}
+    hosts |= {_short(str(s.fields["host"])) for _, s in by_name.get("nccl.tests_rank", [])}
     hosts = hosts or {
         _short(str(s.fields["host"]))
         for _, s in by_name.get("elastic.child_failed", [])

@@ -29,7 +29,8 @@ def p2p_unsupported(evidence: EvidenceSet) -> Iterator[Finding]:
     handle`, failed cudaIpc*MemHandle calls; and the classic silent case: an
     NCCL_DEBUG=INFO log of ranks all on one host that stops during communicator setup
     (no `Init COMPLETE`, no error), or whose P2P channels are set up and the first
-    collective then times out.
+    collective then times out; nccl-tests (all_reduce_perf) on one host that prints its
+    ranks and no measured size.
 
     Why it happens:
     With the IOMMU translating DMA (VT-d/AMD-Vi on, common on AMD workstations and VMs) or
@@ -76,9 +77,13 @@ def p2p_unsupported(evidence: EvidenceSet) -> Iterator[Finding]:
         return
     if view.multi_host is not False or p2p_off:
         return
-    setup = view.of("nccl.version", "nccl.network", "nccl.init", "nccl.channel_p2p")
+    setup = view.of(
+        "nccl.version", "nccl.network", "nccl.init", "nccl.channel_p2p", "nccl.tests_rank"
+    )
     if view.stalled_in_setup():
         confidence, when = 0.6, "stops during NCCL communicator setup"
+    elif view.tests_stalled():
+        confidence, when = 0.5, "stalls in nccl-tests before its first measured size"
     elif (
         view.has("nccl.channel_p2p")
         and view.silent(allow_timeouts=True)

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._comm_view import comm_view, quote
+from triage.rules.logs._comm_view import CommView, comm_view, quote
 from triage.rules.logs._signals import Found, ids, ranks_of, strongest
 from triage.text import rank_label
 
@@ -34,7 +34,9 @@ def shm_exhausted(evidence: EvidenceSet) -> Iterator[Finding]:
     `Error while creating shared memory segment ... No space left on device`; torch's
     `unable to write to file </torch_...>: No space left on device`; DataLoader's
     `Unexpected bus error ... insufficient shared memory (shm)` and workers killed by a bus
-    error; a rank killed by SIGBUS.
+    error; a rank killed by SIGBUS. Without any of these, NCCL's bare `unhandled system
+    error` on one host (nothing names the failing call) ranks /dev/shm low (0.35), as the
+    usual one of the candidates.
 
     Why it happens:
     NCCL's SHM transport between local GPUs and DataLoader workers passing batches both
@@ -108,6 +110,7 @@ def shm_exhausted(evidence: EvidenceSet) -> Iterator[Finding]:
             (0.5, "a rank was killed by SIGBUS (an mmap of /dev/shm past its size)", sigbus, _FIX)
         )
     if not found:
+        yield from _suspected(view)
         return
     (confidence, what, items, fix), every = strongest(found)
     ranks = ranks_of(s for _, s in every)
@@ -121,4 +124,30 @@ def shm_exhausted(evidence: EvidenceSet) -> Iterator[Finding]:
         evidence=ids(every)[:8],
         fix=fix,
         confirm=f"`df -h /dev/shm` on {who}'s host shows it full or only 64 MB",
+    )
+
+
+def _suspected(view: CommView) -> Iterator[Finding]:
+    """NCCL's `unhandled system error` on one host, no line naming the call that failed:
+    between GPUs of one host NCCL's system calls are mostly its shared-memory segments."""
+    errors = view.unnamed("system") if view.multi_host is False else []
+    if not errors:
+        return
+    ranks = ranks_of(s for _, s in errors)
+    yield Finding(
+        title="NCCL failed with a system error on one host: /dev/shm is the usual suspect",
+        summary=(
+            f"`{quote(errors)}` on one host, and no line names the call that failed. Between "
+            "GPUs of one host NCCL's system calls are mostly its shared-memory segments, which "
+            "fail when /dev/shm is small (docker's 64 MB default) or not shared between "
+            "containers; a socket or CUDA IPC call is the other candidate. NCCL_DEBUG=INFO "
+            "names the call."
+        ),
+        ranks=ranks,
+        location=view.location(ranks, _SHM_TEXT),
+        confidence=0.35,
+        evidence=ids(errors)[:8],
+        fix=_FIX,
+        confirm="`df -h /dev/shm` shows it full or 64 MB, or NCCL_SHM_DISABLE=1 makes the error"
+        " go away; with NCCL_DEBUG=INFO the WARN before the error names the failing call",
     )

@@ -26,7 +26,8 @@ def wrong_interface(evidence: EvidenceSet) -> Iterator[Finding]:
     listening interface found` (NCCL_SOCKET_IFNAME matches nothing); NCCL connections to a
     docker0, loopback or link-local address; a bootstrap on docker0/lo in a multi-host job;
     NCCL socket connections that fail (refused, unreachable, aborted) with no other cause;
-    a multi-host NCCL log over sockets that stops during communicator setup.
+    a multi-host NCCL log over sockets that stops during communicator setup; low (0.3), a
+    bare NCCL internal or system error across hosts that no line explains.
 
     Why it happens:
     Multi-homed hosts (docker0, bridges, VPN, management and data NICs) give NCCL and gloo
@@ -180,6 +181,17 @@ def _findings(view: CommView) -> list[Found]:
                 0.45,
                 "a multi-host NCCL job over sockets stops during communicator setup",
                 view.of("nccl.bootstrap_interface", "nccl.socket_interfaces", "nccl.init"),
+                _IFNAME_FIX.format(var="NCCL_SOCKET_IFNAME"),
+            )
+        )
+    unnamed = view.unnamed("internal", "system") if multi and not view.uses_ib() else []
+    if unnamed and not found:
+        found.append(
+            (
+                0.3,
+                "NCCL failed across hosts with no line naming the call; the socket interface "
+                "is the usual suspect",
+                unnamed,
                 _IFNAME_FIX.format(var="NCCL_SOCKET_IFNAME"),
             )
         )

@@ -1,0 +1,34 @@
+"""A GPU that stopped answering: the driver's Xid reports and nvidia-smi's lost devices.
+
+NVIDIA's Xid catalogue names the errors that take a GPU away from its process: 79 (the
+GPU has fallen off the bus), 48, 94 and 95 (uncorrectable ECC errors), 74 (NVLink error),
+119 and 120 (the GSP firmware stopped responding). The kernel log shows them as
+`NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.`; nvidia-smi then
+answers `Unable to determine the device handle for GPU 0000:3B:00.0: Unknown Error` or
+`GPU is lost`; CUDA reports `uncorrectable ECC error encountered`.
+"""
+
+from __future__ import annotations
+
+from triage.readers.signatures import signature
+
+#: Xid codes that mean the GPU is gone or its memory is corrupt, not an application bug.
+LOST_XIDS = frozenset({48, 74, 79, 94, 95, 119, 120})
+
+signature(
+    "hardware.gpu_lost",
+    r"Unable to determine the device handle for GPU ?(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:"
+    r"[0-9A-Fa-f]{2}\.[0-7])|"
+    r"GPU has fallen off the bus|GPU is lost|uncorrectable ECC error encountered|"
+    r"NVRM: Xid \(PCI:(?P<xid_bus>[0-9A-Fa-f:.]+)\): (?P<xid>\d+)\b",
+    anchors=(
+        "Unable to determine the device handle for GPU",
+        "GPU has fallen off the bus",
+        "GPU is lost",
+        "uncorrectable ECC error encountered",
+        "NVRM: Xid",
+    ),
+    summary="a GPU stopped answering (fell off the bus, uncorrectable ECC, NVLink or firmware"
+    " failure): the rank on it dies or freezes",
+    extract=lambda found: {"xid": int(found["xid"])} if found["xid"] else {},
+)
