@@ -300,6 +300,17 @@ signature(
 )
 
 
+# A native stack (gdb's `thread apply all bt`, py-spy --native) stopped in c10d's or
+# gloo's wait, or in NCCL's communicator setup: the process is inside a collective.
+signature(
+    "hang.native_wait",
+    r"(?P<frame>c10d::[\w:<>]*?::(?:wait|synchronize\w*|barrier|doWait|waitForWork)|"
+    r"gloo::[\w:]*::(?:wait\w*|recv)|ncclCommInitRank\w*)\b",
+    anchors=("c10d::", "gloo::", "ncclCommInitRank"),
+    summary="a native stack frame waiting inside a collective or NCCL's setup",
+)
+
+
 signature(
     "hang.unique_id_timeout",
     r"\[(?P<rank>\d+)\] is setting up NCCL communicator and retrieving ncclUniqueId from "

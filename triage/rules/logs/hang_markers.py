@@ -22,7 +22,7 @@ def hang_markers(evidence: EvidenceSet) -> Iterator[Finding]:
     "Detected mismatch between collectives" report cut short, Horovod's stall inspector.
     Without those, weaker ones (0.15): a process's own print before a collective with no
     print after it, or a stack without an exception that stands inside a collective (a
-    dump, or frames pasted from one).
+    dump, or frames pasted from one; native frames waiting in c10d, gloo or NCCL setup).
 
     Why it happens:
     Some rank is not where the others are: it skipped or added a collective, runs something
@@ -68,18 +68,21 @@ def _weak_markers(evidence: EvidenceSet) -> Iterator[Finding]:
     """Text that shows processes inside collectives but no timeout: where they stopped."""
     entered = _entered(evidence)
     stacks = _in_collectives(evidence)
-    if not entered and not stacks:
+    native = signals(evidence, "hang.native_wait")
+    if not entered and not stacks and not native:
         return
-    where = [
-        f"{_writer(s.rank)} printed `{s.text[:100]}` and nothing after it" for _, s in entered
-    ][:2] + [f"a stack stands in {op}" for _, op in stacks][:2]
+    where = (
+        [f"{_writer(s.rank)} printed `{s.text[:100]}` and nothing after it" for _, s in entered][:2]
+        + [f"a stack stands in {op}" for _, op in stacks][:2]
+        + [f"a native stack waits in {s.fields['frame']}" for _, s in native][:1]
+    )
     yield Finding(
         title="processes stopped inside collectives, cause not visible",
         summary=f"No timeout or error line, but {'; '.join(where)}: the job looks hung there,"
         " and no line says which rank was elsewhere or why.",
         ranks=[],
         confidence=0.15,
-        evidence=([e.id for e, _ in entered] + [e.id for e, _ in stacks])[:8],
+        evidence=([e.id for e, _ in entered + native] + [e.id for e, _ in stacks])[:8],
         fix="Gather what tells the ranks apart while the job hangs: py-spy stacks of every"
         " rank (`triage hang --pids ...`), Flight Recorder dumps, or a rerun with"
         " TORCH_DISTRIBUTED_DEBUG=DETAIL and NCCL_DEBUG=INFO.",
