@@ -15,6 +15,7 @@ import pytest
 from tests.conftest import analyze_files, hypothesis
 from triage.models import Finding, Report
 from triage.readers.signatures import matches
+from triage.rules.logs import config_markers
 
 VENV = "/opt/venv/lib/python3.11/site-packages"
 
@@ -766,3 +767,19 @@ def test_config_playbook_runs_config_rules_only_on_logs(tmp_path: Path) -> None:
     causes = [h.cause_id for h in report.hypotheses]
     assert causes[:2] == ["config.launcher_args", "config.world_size_mismatch"]
     assert [r.tool for r in report.tool_runs] == ["collect_files", "scan_logs"]
+
+
+@pytest.mark.parametrize(
+    ("message", "setup"),
+    [
+        ("KeyError: 'RANK'", True),
+        ("ValueError: Error initializing torch.distributed using env:// rendezvous: environment"
+         " variable MASTER_ADDR expected, but not set", True),
+        ("RuntimeError: CUDA error: invalid device ordinal", True),
+        ("ValueError: bad batch on rank 1", False),
+        ("AssertionError: the rank's loss went up", False),
+    ],
+)  # fmt: skip
+def test_config_markers_read_variable_names_in_capitals_only(message: str, setup: bool) -> None:
+    """'rank' is a word of many ordinary messages; only RANK names the launcher's variable."""
+    assert bool(config_markers._SETUP.search(message)) is setup

@@ -10,10 +10,11 @@ from triage.registry import EvidenceSet, rule
 from triage.rules.logs._signals import tracebacks
 
 #: Words of a distributed setup: launcher variables, process-group setup, devices, sizes.
+#: The variables' names count in capitals only: "rank" is a word of many messages.
 _SETUP = re.compile(
-    r"environment variable|\b(?:MASTER_ADDR|MASTER_PORT|LOCAL_RANK|WORLD_SIZE|RANK)\b|"
-    r"init_process_group|device ordinal|parallel[ _]size|world[ _]size|process group",
-    re.IGNORECASE,
+    r"\b(?:MASTER_ADDR|MASTER_PORT|LOCAL_RANK|WORLD_SIZE|RANK)\b|"
+    r"(?i:environment variable|init_process_group|device ordinal|parallel[ _]size|"
+    r"world[ _]size|process group)"
 )
 
 
