@@ -27,9 +27,13 @@ from triage.text import format_ranks
 
 
 @tool(name="discover_ranks")
-def discover_ranks(pids: list[int] | None = None, launcher_pid: int | None = None) -> ToolOutput:
+def discover_ranks(
+    pids: list[int] | None = None, launcher_pid: int | None = None, peers: bool = True
+) -> ToolOutput:
     """Find a job's rank processes (from pids or a launcher's pid) and read rank, world size,
-    host and launcher from their environment; report ranks that have no live process."""
+    host and launcher from their environment; report ranks that have no live process.
+    `peers=False` reads only the processes given, and leaves ranks not found to whoever
+    merges every node's collection (`triage collect`: one node's view of a larger job)."""
     host = socket.gethostname()
     wanted = list(dict.fromkeys(pids or []))
     if launcher_pid is not None:
@@ -53,11 +57,11 @@ def discover_ranks(pids: list[int] | None = None, launcher_pid: int | None = Non
             )
     job_ids = {p.job_id for p in processes if p.job_id}
     extra = []
-    if job_ids and not covers_world(processes):
+    if peers and job_ids and not covers_world(processes):
         extra = same_job_on_host(job_ids, {p.pid for p in processes}, host)
     processes += extra
     processes.sort(key=lambda p: (p.rank is None, p.rank if p.rank is not None else p.pid))
-    missing, elsewhere = missing_ranks(processes, host)
+    missing, elsewhere = missing_ranks(processes, host) if peers else ([], [])
     if elsewhere:
         gaps.append(
             Gap(

@@ -15,8 +15,11 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
+from triage.collection.command import collect
 from triage.errors import TriageError
 from triage.llm import DEFAULT_MODEL
+from triage.pid_args import split_pids
+from triage.whole_job_args import DebugServerOpt, DebugServerPortOpt, SlurmJobOpt
 
 if TYPE_CHECKING:
     from triage.models import Report
@@ -83,18 +86,9 @@ def emit(report: Report, fmt: Format) -> None:
         print_report(report, Console(width=min(Console().width, 120)))
 
 
-def _split_ints(values: list[str], what: str) -> list[int]:
-    out = []
-    for value in values:
-        for part in value.replace(",", " ").split():
-            if not part.isdigit():
-                raise UsageError(f"{what} must be process ids, got {part!r}")
-            out.append(int(part))
-    return out
-
-
 @app.callback()
 def main_options(
+    ctx: typer.Context,
     plugins: Annotated[
         list[Path] | None,
         typer.Option(
@@ -104,6 +98,7 @@ def main_options(
 ) -> None:
     """Root-cause triage for distributed PyTorch jobs: hangs, comm errors, OOM, wrong results."""
     _plugin_dirs[:] = list(plugins or [])
+    ctx.obj = _plugin_dirs  # for commands defined outside this module (`collect`)
 
 
 LlmOpt = Annotated[
@@ -143,7 +138,8 @@ def _refine(report: Report, model: str) -> Report:
 @app.command()
 def hang(
     pid_args: Annotated[
-        list[str] | None, typer.Argument(metavar="[PID]...", help="More pids.")
+        list[str] | None,
+        typer.Argument(metavar="[PID]...", help="More pids (more documents with --collections)."),
     ] = None,
     pids: Annotated[list[str] | None, typer.Option("--pids", help="Rank process ids.")] = None,
     launcher_pid: Annotated[
@@ -172,27 +168,60 @@ def hang(
             " with its signal (SIGUSR1).",
         ),
     ] = False,
+    collections: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--collections",
+            help="`triage collect` documents of every node: files, folders, - for stdin.",
+        ),
+    ] = None,
+    debug_server: DebugServerOpt = None,
+    slurm_job: SlurmJobOpt = None,
 ) -> None:
-    """Diagnose a hung job from its live rank processes (py-spy stacks of every rank),
-    with its Flight Recorder dumps and logs when given."""
+    """Diagnose a hung job from its live rank processes (py-spy stacks of every rank), from
+    every node of its Slurm job or its nodes' `triage collect` documents, or through its
+    debug server, with its Flight Recorder dumps and logs."""
     from triage.engine import found_evidence, job_targets
+    from triage.pasted import Pasted
 
-    all_pids = _split_ints((pids or []) + (pid_args or []), "--pids")
-    if not all_pids and launcher_pid is None and not (flight_recorder or logs):
+    if collections:  # `--collections nodes/*.json`: the names after the first are arguments
+        collections, pid_args = collections + (pid_args or []), []
+    all_pids = split_pids((pids or []) + (pid_args or []))
+    if collections and (all_pids or launcher_pid is not None):
+        raise UsageError("--collections replaces --pids: run `triage collect` on this node too")
+    if not (all_pids or launcher_pid is not None or debug_server or slurm_job) and not (
+        flight_recorder or logs or collections
+    ):
         raise UsageError(
-            "give the job's processes (--pids PID... or --launcher-pid PID)"
-            " or its evidence (--flight-recorder DIR, --logs PATH)"
+            "give the job's processes (--pids PID... or --launcher-pid PID), its Slurm job"
+            " (--slurm-job JOBID), its debug server (--debug-server HOST:PORT), its nodes'"
+            " collections (--collections DIR) or its evidence (--flight-recorder, --logs)"
         )
-    targets = job_targets(
-        logs or [], all_pids, launcher_pid, flight_recorder or [], timeout, signal_probe
-    )
-    report = _diagnose("hang", targets)
-    if llm:
-        report = _refine(report, model)
+    with Pasted(collections or []) as pasted:
+        targets = job_targets(
+            logs or [],
+            all_pids,
+            launcher_pid,
+            flight_recorder or [],
+            timeout,
+            signal_probe,
+            pasted.paths,
+            debug_server,
+            slurm_job,
+        )
+        report = _diagnose("hang", targets)
+        if llm:
+            report = _refine(report, model)
+        report = pasted.restore(report)
     emit(report, Format.json if as_json else fmt)
     if not found_evidence(report):
-        typer.echo("triage: error: no evidence could be gathered (see gaps)", err=True)
+        gap = report.gaps[0] if report.gaps else None
+        why = f": {gap.source}: {gap.reason}" if gap else " (see gaps)"
+        typer.echo(f"triage: error: no evidence could be gathered{why}", err=True)
         raise typer.Exit(1)
+
+
+app.command()(collect)
 
 
 class Symptom(StrEnum):
@@ -260,37 +289,22 @@ def _analyze(
     fmt: Format,
     llm_model: str | None = None,
 ) -> None:
-    import tempfile
-
     from triage.engine import found_evidence, job_targets
+    from triage.pasted import Pasted
 
-    all_pids = _split_ints(pids or [], "--pids")
-    with tempfile.TemporaryDirectory(prefix="triage-stdin-") as scratch:
-        files = [_stdin_to(Path(scratch)) if p == "-" else p for p in paths]
-        report = _diagnose(symptom.value if symptom else None, job_targets(files, all_pids))
+    all_pids = split_pids(pids or [])
+    with Pasted(paths) as pasted:
+        report = _diagnose(symptom.value if symptom else None, job_targets(pasted.paths, all_pids))
         if llm_model is not None:  # inside: the model's tools may read the pasted text
             report = _refine(report, llm_model)
         report.targets["paths"] = paths
-        if "-" in paths:
-            from triage.models import Report
-
-            pasted = str(Path(scratch) / "stdin.log")
-            report = Report.model_validate_json(report.model_dump_json().replace(pasted, "<stdin>"))
+        report = pasted.restore(report)
     emit(report, fmt)
     if not found_evidence(report):
         gap = report.gaps[0] if report.gaps else None
         why = f"{gap.source}: {gap.reason}" if gap else "nothing could be read"
         typer.echo(f"triage: error: no evidence: {why}", err=True)
         raise typer.Exit(1)
-
-
-def _stdin_to(folder: Path) -> str:
-    """Pasted text becomes a file the tools read like any other; it is never kept."""
-    target = folder / "stdin.log"
-    with target.open("wb") as out:
-        while chunk := sys.stdin.buffer.read(1 << 20):
-            out.write(chunk)
-    return str(target)
 
 
 @app.command()
@@ -313,7 +327,7 @@ def chat(
     from triage.chat import run_chat
 
     _load()
-    run_chat(evidence or [], _split_ints(pids or [], "--pids"), model, _plugin_dirs)
+    run_chat(evidence or [], split_pids(pids or []), model, _plugin_dirs)
 
 
 @app.command()
@@ -357,6 +371,7 @@ def run(
         bool,
         typer.Option("--debug-detail", help="Also set TORCH_DISTRIBUTED_DEBUG=DETAIL."),
     ] = False,
+    debug_server_port: DebugServerPortOpt = None,
     kill_on_hang: Annotated[
         bool, typer.Option("--kill-on-hang", help="Kill the job after triaging a hang.")
     ] = False,
@@ -384,6 +399,7 @@ def run(
         out=out,
         hang_after=hang_after,
         debug_detail=debug_detail,
+        debug_server_port=debug_server_port,
         kill_on_hang=kill_on_hang,
         signal_probe=signal_probe,
         as_json=as_json,

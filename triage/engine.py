@@ -40,11 +40,23 @@ def job_targets(
     flight_recorder: Sequence[str] = (),
     timeout_s: float | None = None,
     signal_probe: bool = False,
+    collections: Sequence[str] = (),
+    debug_server: str | None = None,
+    slurm_job: str | None = None,
 ) -> dict[str, Any]:
     """The context a playbook starts from. Flight Recorder dumps are paths like any other:
     `collect_files` sorts every file by its content, not by the option that named it.
-    `signal_probe` is the user's consent to the playbook step that signals ranks."""
+    `signal_probe` is the user's consent to the playbook step that signals ranks.
+    `collections` are `triage collect` documents, other nodes' evidence gathered already.
+    `debug_server` is HOST:PORT of PyTorch's debug server, which reaches every rank;
+    `slurm_job` a running Slurm job whose nodes `srun --overlap` collects at once."""
     targets: dict[str, Any] = {"paths": [*flight_recorder, *paths], "pids": list(pids)}
+    if collections:
+        targets["collections"] = list(collections)
+    if debug_server:
+        targets["debug_server"] = debug_server
+    if slurm_job:
+        targets["slurm_job"] = slurm_job
     if launcher_pid is not None:
         targets["launcher_pid"] = launcher_pid
     if timeout_s is not None:
@@ -164,8 +176,10 @@ def hand_over(report: Report, by_symptom: dict[str, Playbook]) -> Report:
 
 
 def rank(findings: list[Finding]) -> list[Finding]:
-    """Best first; one hypothesis per cause, the most confident one. A family's `unknown`
-    (its failure is visible, its cause is not) gives way to any cause of that family."""
+    """Best first; one hypothesis per cause, the most confident one (on a tie, one that names
+    the user line: a Flight Recorder dump without stack frames sees the ranks, not the line).
+    A family's `unknown` (its failure is visible, its cause is not) gives way to any cause of
+    that family."""
     named = {symptom_of(f.cause_id) for f in findings if not f.cause_id.endswith(".unknown")}
     findings = [
         f
@@ -175,9 +189,13 @@ def rank(findings: list[Finding]) -> list[Finding]:
     best: dict[str, Finding] = {}
     for finding in findings:
         kept = best.get(finding.cause_id)
-        if kept is None or finding.confidence > kept.confidence:
+        if kept is None or _strength(finding) > _strength(kept):
             best[finding.cause_id] = finding
     return sorted(best.values(), key=lambda f: (-f.confidence, f.cause_id))
+
+
+def _strength(finding: Finding) -> tuple[float, bool]:
+    return finding.confidence, finding.location is not None
 
 
 def _fallback(playbook: Playbook, report: Report) -> Finding:

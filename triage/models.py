@@ -108,6 +108,9 @@ class RankGroup(Contract):
     state: str
     ranks: list[int]
     pids: list[int] = Field(default_factory=list, description="Processes whose rank is unknown.")
+    nodes: list[str] = Field(
+        default_factory=list, description="Node names of its ranks, when collections gave them."
+    )
     detail: str = ""
     location: Location | None = None
 

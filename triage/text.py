@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 MAX_OUTPUT_CHARS = 4000
 
 
@@ -34,3 +36,37 @@ def format_ranks(ranks: list[int] | set[int]) -> str:
         start = prev = rank
     spans.append(f"{start}-{prev}" if prev > start else str(start))
     return ",".join(spans)
+
+
+_NUMBERED = re.compile(r"^(.*?)(\d+)$")
+
+
+def format_nodes(names: list[str] | set[str]) -> str:
+    """Compress node names the way Slurm writes host lists: node001..node512 -> 'node[001-512]'.
+
+    A run joins numbers of one prefix that follow each other and are written alike: node9
+    and node10 join, node09 and node10 join, node009 and node10 do not."""
+    groups: dict[tuple[str, bool], list[str]] = {}
+    for name in sorted(set(names)):
+        match = _NUMBERED.match(name)
+        if match is None:
+            groups[(name, False)] = []
+        else:
+            groups.setdefault((match[1], True), []).append(match[2])
+    parts = []
+    for (prefix, _), numbers in groups.items():
+        if len(numbers) < 2:
+            parts.append(prefix + "".join(numbers))
+            continue
+        numbers.sort(key=int)
+        runs: list[list[str]] = [[numbers[0]]]
+        for number in numbers[1:]:
+            last = runs[-1][-1]
+            padded = number.startswith("0") or last.startswith("0")
+            if int(number) == int(last) + 1 and (len(number) == len(last) or not padded):
+                runs[-1].append(number)
+            else:
+                runs.append([number])
+        spans = [run[0] if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs]
+        parts.append(f"{prefix}[{','.join(spans)}]")
+    return ",".join(parts) or "none"

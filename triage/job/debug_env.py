@@ -15,7 +15,12 @@ from datetime import datetime
 from pathlib import Path
 
 from triage.errors import TriageError
-from triage.job.probe_protocol import DEFAULT_FR_PREFIX, DUMP_DIR_ENV, FR_DIR_ENV
+from triage.job.probe_protocol import (
+    DEBUG_SERVER_PORT_ENV,
+    DEFAULT_FR_PREFIX,
+    DUMP_DIR_ENV,
+    FR_DIR_ENV,
+)
 
 LAUNCHER_LOG = "launcher.log"
 FR_DIR = "fr"
@@ -56,9 +61,16 @@ def torch_version() -> tuple[int, int] | None:
         return None
 
 
-def settings(out: Path, debug_detail: bool, torch: tuple[int, int] | None) -> list[Setting]:
+def settings(
+    out: Path,
+    debug_detail: bool,
+    torch: tuple[int, int] | None,
+    debug_server_port: int | None = None,
+) -> list[Setting]:
     """What to set. torch >= 2.8 reads TORCH_FR_BUFFER_SIZE and warns on every rank about
-    the old name, older torch reads only the old one; both when the version is unknown."""
+    the old name, older torch reads only the old one; both when the version is unknown.
+    `debug_server_port` asks triage.probe to start PyTorch's debug server (opt-in: it
+    answers anyone who reaches the port)."""
     fr, nccl = out / FR_DIR, out / NCCL_DIR
     buffer = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
     only = None if torch is None else buffer[:1] if torch >= (2, 8) else buffer[1:]
@@ -87,6 +99,8 @@ def settings(out: Path, debug_detail: bool, torch: tuple[int, int] | None) -> li
     ]
     if debug_detail:  # collective fingerprint checks: mismatches fail instead of hanging
         chosen.append(Setting(("TORCH_DISTRIBUTED_DEBUG",), "DETAIL"))
+    if debug_server_port is not None:  # every rank that imports triage.probe starts it
+        chosen.append(Setting((DEBUG_SERVER_PORT_ENV,), str(debug_server_port)))
     return chosen
 
 
@@ -104,7 +118,12 @@ class JobEnvironment:
         ]
 
 
-def job_environment(base: Mapping[str, str], out: Path, debug_detail: bool) -> JobEnvironment:
+def job_environment(
+    base: Mapping[str, str],
+    out: Path,
+    debug_detail: bool,
+    debug_server_port: int | None = None,
+) -> JobEnvironment:
     """The job's environment: `base` plus the debug settings the user did not set.
 
     A setting with aliases is skipped whole when the user set any alias, because torch
@@ -112,7 +131,7 @@ def job_environment(base: Mapping[str, str], out: Path, debug_detail: bool) -> J
     TORCH_FR_BUFFER_SIZE).
     """
     result = JobEnvironment(env=dict(base))
-    for setting in settings(out, debug_detail, torch_version()):
+    for setting in settings(out, debug_detail, torch_version(), debug_server_port):
         theirs = [name for name in setting.names if name in base]
         if theirs:
             result.kept |= {

@@ -24,6 +24,9 @@ SNAPSHOT_PREFIX = "triage-probe-"
 THREAD_NAME = "triage-probe"
 #: The thread's name once the job installed its own handler for the probe's signal.
 THREAD_NAME_OFF = f"{THREAD_NAME}-x"
+#: The port on which the probe starts PyTorch's debug server in every rank (`triage run
+#: --debug-server-port`); unset, none is started.
+DEBUG_SERVER_PORT_ENV = "TRIAGE_DEBUG_SERVER_PORT"
 
 
 def thread_name(signum: int, owns_signal: bool) -> str:

@@ -54,6 +54,7 @@ class RunOptions:
     out: Path | None = None
     hang_after: float = DEFAULT_HANG_AFTER_S
     debug_detail: bool = False
+    debug_server_port: int | None = None
     kill_on_hang: bool = False
     signal_probe: bool = True
     as_json: bool = False
@@ -76,7 +77,7 @@ def run_job(options: RunOptions, show: Callable[[Report], None]) -> int:
     if options.hang_after <= 0:
         raise RunError("--hang-after must be positive")
     out = output_dir(options.out)
-    environment = job_environment(os.environ, out, options.debug_detail)
+    environment = job_environment(os.environ, out, options.debug_detail, options.debug_server_port)
     _say(f"writing to {out}")
     if environment.applied:
         _say("set " + " ".join(f"{k}={v}" for k, v in environment.applied.items()))
@@ -152,6 +153,11 @@ def _after_hang(
             )
     else:
         notes.append("no rank was signalled (--no-signal-probe)")
+    if options.debug_server_port is not None:
+        notes.append(
+            "ranks that import triage.probe serve PyTorch's debug server: read every rank, on"
+            f" every node, with `triage hang --debug-server MASTER_ADDR:{options.debug_server_port}`"
+        )
     pipes = trigger_nccl_pipes(fr_dir)
     if pipes:
         wait_for_dumps(fr_dir, pipes, asked_at)

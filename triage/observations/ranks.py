@@ -23,6 +23,9 @@ class RankProcess(Payload):
     local_world_size: int | None = None
     group_rank: int | None = Field(default=None, description="Node index (torchrun GROUP_RANK).")
     host: str
+    node: str = Field(
+        default="", description="The node name its collection gave (`triage collect`)."
+    )
     launcher: str | None = Field(default=None, description="torchrun, mp.spawn, srun, ...")
     launcher_pid: int | None = None
     job_id: str | None = Field(default=None, description="TORCHELASTIC_RUN_ID or master addr:port.")
@@ -90,6 +93,9 @@ class RankState(Payload):
     rank: int | None
     pid: int
     host: str = ""
+    node: str = Field(
+        default="", description="The node name its collection gave (`triage collect`)."
+    )
     activity: RankActivity
     op: str | None = Field(default=None, description="all_reduce, barrier, recv, new_group, ...")
     group: str | None = Field(default=None, description="'default', 'subgroup' or unknown.")

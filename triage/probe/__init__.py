@@ -19,6 +19,10 @@ hang:
 - `check_replicas(model)`: a collective check that replicated parameters, gradients and
   buffers are equal on every rank, for the job's own tests and CI.
 - `comm_summary(fn, *args)`: one step under CommDebugMode, collective counts per module.
+- PyTorch's debug server (`torch.distributed.debug.start_debug_server`, torch 2.10+), started
+  on every rank once its process group exists, only when asked: `install(debug_server_port=
+  PORT)` or `$TRIAGE_DEBUG_SERVER_PORT` (`triage run --debug-server-port`). For trusted
+  networks only; `triage hang --debug-server MASTER_ADDR:PORT` reads every rank through it.
 
 Only the standard library is imported here; torch is used only when the job imported it
 (check_replicas and comm_summary import it: only a torch job calls them).
@@ -38,6 +42,7 @@ from triage.job.probe_protocol import (
     THREAD_NAME,
 )
 from triage.probe._common import DEFAULT_DIR, DEFAULT_PREFIX, DIR_ENV, PREFIX_ENV
+from triage.probe._debug_server import serve_debug_from_env
 from triage.probe._replicas import (
     CommSummary,
     Divergence,
@@ -93,3 +98,4 @@ def snapshot(
 
 
 auto_install()
+serve_debug_from_env()

@@ -33,6 +33,7 @@ from triage.probe._common import (
     rank,
     write_atomic,
 )
+from triage.probe._debug_server import serve_debug
 
 OWNERSHIP_CHECK_S = 1.0
 #: `TRIAGE_FR_SIGNAL` values that turn the import-time install off.
@@ -199,10 +200,13 @@ def install(
     optimizer: Any = None,
     signal: int | None = None,
     directory: str | os.PathLike[str] | None = None,
+    debug_server_port: int | None = None,
 ) -> Installed:
     """On `signal` (default: `$TRIAGE_FR_SIGNAL` or SIGUSR1) dump the Flight Recorder to
     `$TRIAGE_FR_DIR` and write a snapshot (reason "signal") of `model` and `optimizer` to
-    `directory` (default `$TRIAGE_DUMP_DIR` or ./triage-dumps).
+    `directory` (default `$TRIAGE_DUMP_DIR` or ./triage-dumps). `debug_server_port` also
+    starts PyTorch's debug server on that port once the process group exists (opt-in, for
+    trusted networks: `triage hang --debug-server MASTER_ADDR:PORT` reads it).
 
     Idempotent: a later call (after the import-time install) attaches the model, the
     optimizer, the folder or another signal to the same thread. The first install and a
@@ -225,7 +229,9 @@ def install(
             state.optimizer = optimizer
         if directory is not None:
             state.dump_dir = dump_dir(directory)
-        return state
+    if debug_server_port is not None:
+        serve_debug(debug_server_port)
+    return state
 
 
 def _start(signum: int) -> Installed:

@@ -10,13 +10,15 @@ live process here are missing, on this host or on others.
 Two ways to find the ranks under a launcher live here: `launcher_children` (the
 `discover_ranks` tool: the launcher's Python descendants whose parent is not one of
 them) and `rank_pids` (`triage run`: descendants with a RANK, else the Python children,
-else the launcher itself, launchers in between left out).
+else the launcher itself, launchers in between left out). `job_processes` finds every
+rank on this host whose environment names one job (`triage collect`: a Slurm step, a
+torchelastic run, a master address).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import psutil
 
@@ -112,6 +114,38 @@ def rank_pids(launcher_pid: int) -> list[int]:
     return sorted(ranks)
 
 
+#: Where launchers put a process's global rank, most specific first.
+RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+
+
+def job_processes(member: Callable[[dict[str, str]], bool]) -> list[int]:
+    """The ranks on this host whose environment `member` accepts: Python processes with a
+    rank variable, launchers, multiprocessing's helpers and a rank's own workers (which
+    inherit its environment) left out. Never this process or its parents: a collector run
+    inside the job's pod or step inherits the job's variables."""
+    me = psutil.Process()
+    skip = {me.pid, *(parent.pid for parent in me.parents())}
+    found: dict[int, tuple[psutil.Process, str]] = {}
+    for proc in psutil.process_iter(["pid"]):  # torch renames ranks' threads: no name filter
+        env = environ(proc) if proc.pid not in skip else {}
+        rank = next((env[name] for name in RANK_VARIABLES if name in env), None)
+        if rank is None or not member(env):
+            continue
+        argv = cmdline(proc)
+        python = bool(argv) and "python" in os.path.basename(argv[0]).lower()
+        if python and not is_launcher(argv) and not _is_helper(argv):
+            found[proc.pid] = (proc, rank)
+    ranks = []
+    for pid, (proc, rank) in found.items():
+        try:
+            parent = proc.ppid()
+        except psutil.Error:
+            continue
+        if parent not in found or found[parent][1] != rank:
+            ranks.append(pid)
+    return sorted(ranks)
+
+
 def _int(env: dict[str, str], *names: str) -> int | None:
     for name in names:
         value = env.get(name, "").strip()
@@ -151,7 +185,7 @@ def read_process(pid: int, host: str) -> RankProcess:
     status = proc.status()
     env = proc.environ() if status != psutil.STATUS_ZOMBIE else {}
     launcher, launcher_pid = _launcher(proc)
-    rank = _int(env, "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+    rank = _int(env, *RANK_VARIABLES)
     return RankProcess(
         pid=pid,
         rank=rank,

@@ -66,15 +66,17 @@ def start_dump(py_spy: str, pid: int, with_locals: bool) -> subprocess.Popen[str
 
 
 def start_early(argv: list[str]) -> None:
-    """For `triage hang --pids P...`, start the first py-spy dump of each pid now.
+    """For `triage hang --pids P...` (and `triage collect`), start the first py-spy dump
+    of each pid now.
 
     Importing the CLI (typer, pydantic, the engine) takes longer than dumping every rank,
     and the dumps need none of it: started first, they run on another core meanwhile, and
     they catch the ranks as close as possible to the moment the user asked. Only the
-    unambiguous form is read (`hang` first, then `--pids` and the bare pids after it);
-    anything else waits for the dump tool as usual. `take_early` hands a dump over.
+    unambiguous form is read (`hang` or `collect` first, then `--pids` and the bare pids
+    after it); anything else waits for the dump tool as usual. `take_early` hands a dump
+    over.
     """
-    if not argv or argv[0] != "hang":
+    if not argv or argv[0] not in ("hang", "collect"):
         return
     pids: list[int] = []
     taking = False

@@ -6,7 +6,7 @@ from triage.grouping import merged_stacks
 from triage.models import LlmRun, Report
 from triage.registry import EvidenceSet
 from triage.render import call_signature, confidence_label, llm_lines
-from triage.text import format_ranks
+from triage.text import format_nodes, format_ranks
 
 
 def render_markdown(report: Report) -> str:
@@ -39,11 +39,15 @@ def render_markdown(report: Report) -> str:
             )
         out.append("")
     if report.rank_groups:
-        out += ["## Ranks by state", "", "| ranks | state | where |", "|---|---|---|"]
+        on_nodes = any(g.nodes for g in report.rank_groups)
+        columns = ["ranks", "nodes", "state", "where"] if on_nodes else ["ranks", "state", "where"]
+        out += ["## Ranks by state", "", f"| {' | '.join(columns)} |", "|---" * len(columns) + "|"]
         for g in report.rank_groups:
             live = [f"pid {p}" for p in g.pids if p > 0]  # stacks from logs have no live pid
             who = format_ranks(g.ranks) if g.ranks else ", ".join(live) or "rank ?"
-            out.append(f"| {who} | {g.state} | {f'`{g.location}`' if g.location else g.detail} |")
+            nodes = f" {format_nodes(g.nodes)} |" if on_nodes else ""
+            where = f"`{g.location}`" if g.location else g.detail
+            out.append(f"| {who} |{nodes} {g.state} | {where} |")
         out.append("")
     tree = merged_stacks(EvidenceSet(report.evidence))
     if tree:

@@ -11,7 +11,7 @@ from triage.grouping import merged_stacks
 from triage.models import Finding, Location, Report
 from triage.registry import EvidenceSet
 from triage.render import confidence_label, llm_lines, short_path
-from triage.text import bound_text, format_ranks
+from triage.text import bound_text, format_nodes, format_ranks
 
 MAX_EVIDENCE_LINES = 12
 
@@ -48,7 +48,10 @@ def _groups(report: Report) -> RenderableType | None:
     if not report.rank_groups:
         return None
     table = Table(title="Ranks by state", title_justify="left", expand=False, show_edge=False)
+    on_nodes = any(group.nodes for group in report.rank_groups)
     table.add_column("ranks", no_wrap=True)
+    if on_nodes:
+        table.add_column("nodes", overflow="fold")
     table.add_column("state")
     table.add_column("where", overflow="fold")
     for group in report.rank_groups:
@@ -59,7 +62,8 @@ def _groups(report: Report) -> RenderableType | None:
         who = who or "rank ?"
         loc = group.location
         where = f"{short_path(loc.file)}:{loc.line}" if loc else group.detail
-        table.add_row(who, group.state, where)
+        nodes = [format_nodes(group.nodes)] if on_nodes else []
+        table.add_row(who, *nodes, group.state, where)
     return table
 
 

@@ -25,6 +25,8 @@ every core. The pieces, in the order data flows through them:
   files whose user-code line the report names);
 - `evidence_payloads`: an alignment as observation payloads (overview, stuck groups,
   outliers, p2p waits).
+- `evidence_items`: those payloads as the report's evidence items, and the gaps (ranks
+  with no dump), for dumps read from files or fetched from a running job.
 """
 
 from __future__ import annotations

@@ -301,11 +301,15 @@ signature(
 
 
 # A native stack (gdb's `thread apply all bt`, py-spy --native) stopped in c10d's or
-# gloo's wait, or in NCCL's communicator setup: the process is inside a collective.
+# gloo's wait, or in NCCL's communicator setup: the process is inside a collective. Only
+# frame lines count (`#5 0x... in SYM (...) from lib.so`, `SYM (lib.so)`), not NCCL's INFO
+# lines that name ncclCommInitRank.
 signature(
     "hang.native_wait",
+    r"^\s*(?:#\d+\s+(?:0x[0-9a-fA-F]+ in )?)?"
     r"(?P<frame>c10d::[\w:<>]*?::(?:wait|synchronize\w*|barrier|doWait|waitForWork)|"
-    r"gloo::[\w:]*::(?:wait\w*|recv)|ncclCommInitRank\w*)\b",
+    r"gloo::[\w:]*::(?:wait\w*|recv)|ncclCommInitRank\w*)\b"
+    r"(?=.*(?:\bfrom \S+\.so|\(\S+\.so[\d.]*\)|\bat \S+:\d+))",
     anchors=("c10d::", "gloo::", "ncclCommInitRank"),
     summary="a native stack frame waiting inside a collective or NCCL's setup",
 )

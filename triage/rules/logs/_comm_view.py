@@ -25,6 +25,7 @@ FACTS = frozenset(
         "nccl.tests_result",
         "hang.nccl_coll",
         "hang.progress_print",
+        "hang.native_wait",
         "nccl.version",
         "nccl.bootstrap_interface",
         "nccl.socket_interfaces",
