@@ -2,24 +2,28 @@
 
 A rank's place in the job is in its environment (RANK, WORLD_SIZE, ... as torchrun,
 SLURM wrappers and most launchers set it), read by `triage.readers.processes`. Peers of
-the given pids found on this host join the analysis, so `--pids` with one rank still
-sees the whole local job.
+the given pids found on this host (of the same node, by GROUP_RANK) join the analysis, so
+`--pids` with one rank still sees the whole local job. The ranks of a larger job that run
+on other hosts are evidence too (`unseen_ranks`): not inspected, never missing.
 """
 
 from __future__ import annotations
 
+import shlex
 import socket
 
 import psutil
 
 from triage.models import Evidence, Gap
-from triage.observations import MissingRank, RankProcess
+from triage.observations import MissingRank, RankProcess, UnseenRanks
 from triage.readers.processes import (
+    RUN_ID_PREFIX,
     covers_world,
     launcher_children,
     missing_ranks,
     read_process,
     same_job_on_host,
+    spans_hosts,
 )
 from triage.readers.pyspy import PTRACE_HINT
 from triage.registry import ToolError, ToolOutput, tool
@@ -31,8 +35,9 @@ def discover_ranks(
     pids: list[int] | None = None, launcher_pid: int | None = None, peers: bool = True
 ) -> ToolOutput:
     """Find a job's rank processes (from pids or a launcher's pid) and read rank, world size,
-    host and launcher from their environment; report ranks that have no live process.
-    `peers=False` reads only the processes given, and leaves ranks not found to whoever
+    host and launcher from their environment; report ranks that have no live process, and
+    the ranks of a job larger than this host as not inspected, with the command that
+    reaches them. `peers=False` reads only the processes given, and leaves ranks not found to whoever
     merges every node's collection (`triage collect`: one node's view of a larger job)."""
     host = socket.gethostname()
     wanted = list(dict.fromkeys(pids or []))
@@ -56,22 +61,21 @@ def discover_ranks(
                 )
             )
     job_ids = {p.job_id for p in processes if p.job_id}
+    nodes = {p.group_rank for p in processes if p.group_rank is not None}
+    known = all(p.group_rank is not None for p in processes)
     extra = []
     if peers and job_ids and not covers_world(processes):
-        extra = same_job_on_host(job_ids, {p.pid for p in processes}, host)
+        named = {p.pid for p in processes}
+        extra = same_job_on_host(job_ids, named, host, nodes if known else None)
     processes += extra
     processes.sort(key=lambda p: (p.rank is None, p.rank if p.rank is not None else p.pid))
     missing, elsewhere = missing_ranks(processes, host) if peers else ([], [])
-    if elsewhere:
-        gaps.append(
-            Gap(
-                source=host,
-                reason=f"ranks {format_ranks(elsewhere)} are not on this host and were not inspected",
-                hint="run `triage hang` on the other hosts too, or use Flight Recorder dumps from every rank",
-            )
-        )
 
     evidence = [_process_evidence(p) for p in processes]
+    if elsewhere:
+        unseen = _unseen(processes, elsewhere, host)
+        evidence.append(unseen)
+        gaps.append(Gap(source=host, reason=unseen.summary, hint=unseen.data["reach"]))
     evidence += [
         Evidence(
             id=f"missing:rank{m.rank}" if m.rank is not None else f"missing:local{m.local_rank}",
@@ -103,6 +107,56 @@ def _process_evidence(p: RankProcess) -> Evidence:
         rank=p.rank,
         summary=f"{who}{world} is pid {p.pid} on {p.host} ({p.status}{launched})",
         data=p.model_dump(),
+    )
+
+
+def _unseen(processes: list[RankProcess], ranks: list[int], host: str) -> Evidence:
+    """The ranks on other hosts, why the job is taken to span them, and how to reach them."""
+    unseen = UnseenRanks(
+        ranks=ranks,
+        world_size=max(p.world_size or 0 for p in processes),
+        host=host,
+        why=spans_hosts(processes, host) or "",
+        reach=_reach(processes),
+    )
+    return Evidence(
+        id="unseen:ranks",
+        kind=UnseenRanks.EVIDENCE_KIND,
+        source=host,
+        summary=f"ranks {format_ranks(ranks)} are not on this host and were not inspected"
+        f" ({unseen.why})",
+        data=unseen.model_dump(),
+    )
+
+
+def _reach(processes: list[RankProcess]) -> str:
+    """The command that reaches every rank: Slurm's own fan-out, else the debug server the
+    ranks started, else `triage collect` on every node and a merge."""
+    steps = sorted({p.slurm_job for p in processes if p.slurm_job})
+    if len(steps) == 1:
+        return (
+            f"run `triage hang --slurm-job {steps[0]}` where Slurm's commands work (this node or"
+            " the login node): it collects every node of the job at once"
+        )
+    master = next((p.master for p in processes if p.master), None)
+    ports = sorted({p.debug_server_port for p in processes if p.debug_server_port})
+    if master and len(ports) == 1:
+        addr = master.rpartition(":")[0]
+        return (
+            f"run `triage hang --debug-server {addr}:{ports[0]}` from a host that reaches rank 0:"
+            " the ranks' debug server serves every rank's stacks"
+        )
+    job = next((p.job_id for p in processes if p.job_id), None)
+    if job is None:
+        select = "--pids PID..."
+    elif job.startswith(RUN_ID_PREFIX):
+        select = f"--run-id {shlex.quote(job.removeprefix(RUN_ID_PREFIX))}"
+    else:
+        select = f"--master {shlex.quote(job)}"
+    return (
+        f"run `triage collect {select} > $(hostname).json` on every node of the job (srun,"
+        " kubectl exec, pdsh, ssh), put the files in one folder and run"
+        " `triage hang --collections FOLDER`"
     )
 
 

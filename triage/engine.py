@@ -226,7 +226,9 @@ def _next_steps(playbook: Playbook, report: Report) -> list[str]:
             f"{first.cause_id} and {second.cause_id} are close calls"
             + (f". It is {tell}." if tell else "; gather more evidence before acting.")
         )
-    steps += [gap.hint for gap in report.gaps if gap.hint and gap.hint not in steps]
+    for hint in (gap.hint for gap in report.gaps if gap.hint):
+        if not any(hint in step for step in steps):  # the top fix may say it already
+            steps.append(hint)
     steps += [
         s.text for s in playbook.next_steps if s.text not in steps and s.applies(report.evidence)
     ]

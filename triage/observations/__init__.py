@@ -3,7 +3,8 @@
 Tools and rules never import each other; they meet here. Each Evidence item carries
 the payload of its kind in `data`:
 
-- `process`: RankProcess, `missing_rank`: MissingRank, `stack`: RankState (live ranks)
+- `process`: RankProcess, `missing_rank`: MissingRank, `stack`: RankState,
+  `unseen_ranks`: UnseenRanks (live ranks)
 - `log_signal`: LogSignal, `traceback`: TracebackRecord, `log_file`: LogFile (logs)
 - `environment`: EnvironmentFacts (a rank's environment or this host's facts)
 - `memory_dump`: MemoryDump, `memory_growth`: MemoryGrowth (CUDA memory dumps)
@@ -34,7 +35,14 @@ from triage.observations.host import (
 from triage.observations.log_lines import LogFile, LogSignal, TracebackRecord
 from triage.observations.memory_use import AllocationSite, GrowthPoint, MemoryDump, MemoryGrowth
 from triage.observations.payload import Payload
-from triage.observations.ranks import Frame, MissingRank, RankActivity, RankProcess, RankState
+from triage.observations.ranks import (
+    Frame,
+    MissingRank,
+    RankActivity,
+    RankProcess,
+    RankState,
+    UnseenRanks,
+)
 from triage.observations.replicas import (
     PROBE_FORMAT,
     Divergence,
@@ -90,6 +98,7 @@ __all__ = [
     "TensorStats",
     "ThreadStack",
     "TracebackRecord",
+    "UnseenRanks",
     "WorldIssue",
     "is_probe_snapshot",
 ]

@@ -21,7 +21,10 @@ class RankProcess(Payload):
     local_rank: int | None = None
     world_size: int | None = None
     local_world_size: int | None = None
-    group_rank: int | None = Field(default=None, description="Node index (torchrun GROUP_RANK).")
+    group_rank: int | None = Field(
+        default=None, description="Node index (torchrun GROUP_RANK, NODE_RANK, SLURM_NODEID)."
+    )
+    nodes: int | None = Field(default=None, description="Nodes of its Slurm step (SLURM_NNODES).")
     host: str
     node: str = Field(
         default="", description="The node name its collection gave (`triage collect`)."
@@ -29,6 +32,12 @@ class RankProcess(Payload):
     launcher: str | None = Field(default=None, description="torchrun, mp.spawn, srun, ...")
     launcher_pid: int | None = None
     job_id: str | None = Field(default=None, description="TORCHELASTIC_RUN_ID or master addr:port.")
+    slurm_job: str | None = Field(
+        default=None, description="SLURM_JOB_ID[.SLURM_STEP_ID], as `--slurm-job` takes it."
+    )
+    debug_server_port: int | None = Field(
+        default=None, description="TRIAGE_DEBUG_SERVER_PORT: the debug server it started."
+    )
     master: str | None = None
     status: str = "running"
     cmdline: str = ""
@@ -45,6 +54,19 @@ class MissingRank(Payload):
     world_size: int
     scope: str = Field(description="'host': it belongs on this host; 'job': may run elsewhere.")
     reason: str
+
+
+class UnseenRanks(Payload):
+    """Ranks of a job larger than this host that run elsewhere and were not inspected.
+    Nothing says their processes are gone: they are never "missing" or "exited"."""
+
+    EVIDENCE_KIND: ClassVar[str] = "unseen_ranks"
+
+    ranks: list[int]
+    world_size: int
+    host: str = Field(description="The host that was inspected.")
+    why: str = Field(description="What says the job is larger than this host.")
+    reach: str = Field(description="The command that would reach them.")
 
 
 class Frame(Payload):

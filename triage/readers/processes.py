@@ -17,11 +17,13 @@ torchelastic run, a master address).
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Callable, Iterable
 
 import psutil
 
+from triage.job.probe_protocol import DEBUG_SERVER_PORT_ENV
 from triage.observations import MissingRank, RankProcess
 
 LAUNCHERS = (
@@ -171,9 +173,21 @@ def _launcher(proc: psutil.Process) -> tuple[str | None, int | None]:
     return None, None
 
 
+def _slurm_step(env: dict[str, str]) -> str | None:
+    """JOB.STEP as `--slurm-job` takes it; the batch script's own steps are not numbered."""
+    job, step = env.get("SLURM_JOB_ID", "").strip(), env.get("SLURM_STEP_ID", "").strip()
+    if not job.isdigit():
+        return None
+    return f"{job}.{step}" if step.isdigit() else job
+
+
+#: A job id that names a torchelastic run (`triage collect --run-id`), not a master address.
+RUN_ID_PREFIX = "torchelastic:"
+
+
 def _job_id(env: dict[str, str]) -> str | None:
     if env.get("TORCHELASTIC_RUN_ID"):
-        return f"torchelastic:{env['TORCHELASTIC_RUN_ID']}"
+        return f"{RUN_ID_PREFIX}{env['TORCHELASTIC_RUN_ID']}"
     if env.get("MASTER_ADDR") and env.get("MASTER_PORT"):
         return f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}"
     return None
@@ -192,11 +206,14 @@ def read_process(pid: int, host: str) -> RankProcess:
         local_rank=_int(env, "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"),
         world_size=_int(env, "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"),
         local_world_size=_int(env, "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"),
-        group_rank=_int(env, "GROUP_RANK", "SLURM_NODEID"),
+        group_rank=_int(env, "GROUP_RANK", "NODE_RANK", "SLURM_NODEID"),
+        nodes=_int(env, "SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"),
         host=host,
         launcher=launcher,
         launcher_pid=launcher_pid,
         job_id=_job_id(env),
+        slurm_job=_slurm_step(env),
+        debug_server_port=_int(env, DEBUG_SERVER_PORT_ENV),
         master=f"{env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')}"
         if env.get("MASTER_ADDR")
         else None,
@@ -232,8 +249,12 @@ def launcher_children(launcher_pid: int) -> list[int]:
     return sorted(ranks)
 
 
-def same_job_on_host(job_ids: set[str], known: set[int], host: str) -> list[RankProcess]:
-    """Other ranks of the same job on this host that the user did not name."""
+def same_job_on_host(
+    job_ids: set[str], known: set[int], host: str, nodes: set[int] | None = None
+) -> list[RankProcess]:
+    """Other ranks of the same job on this host that the user did not name; with `nodes`
+    (the GROUP_RANKs of the ranks named), only those of the same nodes: where several
+    nodes share a host (Slurm's multiple slurmd, a test), another node's ranks are its own."""
     found = []
     me = os.getpid()
     for proc in psutil.process_iter(["pid"]):  # torch renames ranks' threads: no name filter
@@ -243,7 +264,9 @@ def same_job_on_host(job_ids: set[str], known: set[int], host: str) -> list[Rank
             info = read_process(proc.pid, host)
         except (psutil.Error, OSError):
             continue
-        if info.job_id in job_ids and info.rank is not None:
+        if info.job_id not in job_ids or info.rank is None:
+            continue
+        if nodes is None or info.group_rank in nodes:
             found.append(info)
     return [p for p in found if not _is_worker(p, found)]
 
@@ -263,10 +286,46 @@ def _is_worker(candidate: RankProcess, peers: Iterable[RankProcess]) -> bool:
     return any(p.pid == parent and p.rank == candidate.rank for p in peers)
 
 
+def spans_hosts(processes: list[RankProcess], host: str) -> str | None:
+    """What says the job is larger than this host, or None when it fits on it.
+
+    The launcher's layout decides first: fewer local ranks than WORLD_SIZE, a node index
+    above 0 or several, more than one Slurm node. Without one, a MASTER_ADDR that is neither
+    loopback nor this host's puts rank 0 elsewhere. Where the variables disagree the job is
+    taken as larger: a rank not inspected is then "not seen", never "exited".
+    """
+    world = max((p.world_size for p in processes if p.world_size), default=0)
+    local = max((p.local_world_size for p in processes if p.local_world_size), default=0)
+    groups = sorted({p.group_rank for p in processes if p.group_rank is not None})
+    nodes = max((p.nodes for p in processes if p.nodes), default=0)
+    if local and local < world:
+        return f"LOCAL_WORLD_SIZE is {local} of WORLD_SIZE {world}"
+    if groups and (len(groups) > 1 or groups[0] > 0):
+        return f"GROUP_RANK (or SLURM_NODEID) is {', '.join(map(str, groups))}"
+    if nodes > 1:
+        return f"SLURM_NNODES is {nodes}"
+    if local >= world > 0:
+        return None
+    masters = {(p.master or "").rpartition(":")[0] for p in processes} - {""}
+    elsewhere = sorted(m for m in masters if not m.startswith(_LOOPBACK) and not _is_host(m, host))
+    return f"MASTER_ADDR {elsewhere[0]} is another host" if elsewhere else None
+
+
+def _is_host(address: str, host: str) -> bool:
+    """Whether an address or name is this host's (its name, or an address of its own)."""
+    try:
+        ip = ipaddress.ip_address(address.strip("[]"))
+    except ValueError:
+        return address.split(".")[0] == host.split(".")[0]
+    ours = {a.address.split("%")[0] for addrs in psutil.net_if_addrs().values() for a in addrs}
+    return str(ip) in ours
+
+
 def missing_ranks(processes: list[RankProcess], host: str) -> tuple[list[MissingRank], list[int]]:
     """Ranks of the world with no live process, and the ranks not inspected because they
-    run on other hosts. On one host every absent rank is missing; across hosts only the
-    local ranks of this host with no process are (the others may well be alive there)."""
+    run on other hosts (`spans_hosts`). On one host every absent rank is missing; across
+    hosts only the local ranks of this host with no process are (the others may well be
+    alive there)."""
     sizes = {p.world_size for p in processes if p.world_size}
     if not sizes:
         return [], []
@@ -275,16 +334,12 @@ def missing_ranks(processes: list[RankProcess], host: str) -> tuple[list[Missing
     absent = sorted(set(range(world)) - present)
     if not absent:
         return [], []
-    local_sizes = {p.local_world_size for p in processes if p.local_world_size}
-    masters = {(p.master or "").split(":")[0] for p in processes}
-    single_host = (local_sizes and max(local_sizes) >= world) or all(
-        m.startswith(_LOOPBACK) for m in masters if m
-    )
-    if single_host:
+    if spans_hosts(processes, host) is None:
         reason = f"WORLD_SIZE is {world} and no live process on {host} holds this rank"
         return [
             MissingRank(rank=r, world_size=world, scope="host", reason=reason) for r in absent
         ], []
+    local_sizes = {p.local_world_size for p in processes if p.local_world_size}
     local_ranks = {p.local_rank for p in processes if p.local_rank is not None}
     missing_local = []
     if local_sizes and local_ranks:

@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -204,6 +204,8 @@ class RankJob:
     ``world_size`` defaults to the scenario's DEFAULT_WORLD_SIZE (4 for a custom script).
     ``env`` is merged over os.environ (OMP_NUM_THREADS defaults to 1); the launcher sets RANK,
     LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free MASTER_PORT.
+    ``rank_env(rank)`` gives one rank's variables, set last over the launcher's own: a job
+    that says it spans nodes (LOCAL_WORLD_SIZE, LOCAL_RANK, GROUP_RANK) on this one host.
     Each rank writes ``log_dir/rank{N}.log`` (a temporary directory, removed on exit, when
     ``log_dir`` is None) and runs in its own session, with its cwd in ``log_dir``.
 
@@ -221,6 +223,7 @@ class RankJob:
         env: Mapping[str, str] | None = None,
         log_dir: str | os.PathLike[str] | None = None,
         die_with_parent: bool = True,
+        rank_env: Callable[[int], Mapping[str, str]] | None = None,
     ) -> None:
         key = str(name_or_script)
         if key in SCENARIOS:
@@ -235,6 +238,7 @@ class RankJob:
             world_size = DEFAULT_WORLD_SIZE.get(self.name or "", 4)
         self.world_size = world_size
         self.extra_env = dict(env or {})
+        self.rank_env = rank_env
         self.die_with_parent = die_with_parent
         self._own_log_dir = log_dir is None
         self.log_dir = (
@@ -271,6 +275,7 @@ class RankJob:
         self._finalizer = weakref.finalize(self, _kill_all, self.procs)
         for rank in range(self.world_size):
             env = dict(base, RANK=str(rank), LOCAL_RANK=str(rank))
+            env.update(self.rank_env(rank) if self.rank_env else {})
             log = open(self.log_dir / f"rank{rank}.log", "wb")  # noqa: SIM115
             self._logs.append(log)
             p = subprocess.Popen(

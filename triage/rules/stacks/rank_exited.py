@@ -35,8 +35,10 @@ def rank_exited(evidence: EvidenceSet) -> Iterator[Finding]:
     error; the waiting ranks are victims.
 
     Known false positives:
-    Ranks on other hosts are only reported as missing when the job runs on one host (all
-    ranks local, or MASTER_ADDR is loopback); otherwise they are a gap, not a finding.
+    Ranks on other hosts are only reported as missing when the job fits on this host: no
+    launcher variable says it spans nodes (LOCAL_WORLD_SIZE below WORLD_SIZE, GROUP_RANK,
+    SLURM_NNODES) and MASTER_ADDR is loopback or this host. Otherwise they are not
+    inspected (a gap, and stacks.no_culprit_visible's lead), never exited.
 
     References:
     torch.distributed elastic error files; `dmesg | grep -i oom` on the rank's host.
