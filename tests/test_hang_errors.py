@@ -131,8 +131,18 @@ def test_an_early_dump_is_the_one_the_stack_tool_reads(
     assert [e.kind for e in run.evidence] == ["stack"]
 
 
+def _innermost(pid: int) -> str | None:
+    run = REGISTRY.run("dump_stacks", {"pids": [pid], "with_locals": False})
+    names = [f["function"] for e in run.evidence if e.kind == "stack" for f in e.data["frames"]]
+    return names[0] if names else None
+
+
 def test_a_stopped_rank_is_named_stopped_not_lost(python_sleeper: subprocess.Popen[bytes]) -> None:
-    """py-spy cannot read a SIGSTOPped process; its state says where it is."""
+    """py-spy cannot pause a SIGSTOPped process, but reads it without pausing: its state
+    says it is stopped, and where."""
+    deadline = time.monotonic() + 30
+    while _innermost(python_sleeper.pid) != "<module>" and time.monotonic() < deadline:
+        time.sleep(0.05)  # polled: stopped in its loop, not while the interpreter starts
     os.kill(python_sleeper.pid, signal.SIGSTOP)
     try:
         proc = psutil.Process(python_sleeper.pid)
@@ -144,3 +154,5 @@ def test_a_stopped_rank_is_named_stopped_not_lost(python_sleeper: subprocess.Pop
         os.kill(python_sleeper.pid, signal.SIGCONT)
     (stack,) = [e for e in run.evidence if e.kind == "stack"]
     assert stack.data["activity"] == "stopped" and not run.gaps
+    assert [f["function"] for f in stack.data["frames"]][:1] == ["<module>"]
+    assert "read without pausing" in stack.data["detail"]

@@ -52,6 +52,28 @@ def _stopped(pid: int) -> bool:
         return False
 
 
+def _stopped_state(
+    binary: str, pid: int, rank: int | None, host: str, timeout_s: float
+) -> RankState:
+    """A stopped rank where it stopped: py-spy cannot pause it, but reads it without
+    pausing (--nonblocking), consistently since nothing runs; with its locals when only
+    mp.spawn's index can tell its rank."""
+    dump = pyspy.dump_one(binary, pid, rank is None, timeout_s, nonblocking=True)
+    main = pick_main_thread(dump.threads or [])
+    frames = frames_from_py_spy(main) if main else []
+    state = classify(frames, pid=pid, rank=rank, host=host, active=False)
+    if state.rank is None:
+        state.rank = _spawn_index(state)
+    where = f" in {state.user_frame.function}" if state.user_frame else ""
+    state.activity = RankActivity.stopped
+    state.detail = (
+        f"stopped by a signal{where} (read without pausing it)"
+        if frames
+        else "stopped by a signal (its stack could not be read)"
+    )
+    return state
+
+
 def _spawn_index(state: RankState) -> int | None:
     """mp.spawn passes the rank as `i` to torch.multiprocessing.spawn._wrap."""
     for frame in state.frames:
@@ -90,13 +112,7 @@ def dump_stacks(
     for dump in dumps:
         rank = ranks_by_pid.get(dump.pid)
         if dump.threads is None and _stopped(dump.pid):
-            state = RankState(
-                rank=rank,
-                pid=dump.pid,
-                host=host,
-                activity=RankActivity.stopped,
-                detail="stopped by a signal (no stack: py-spy cannot read a stopped process)",
-            )
+            state = _stopped_state(binary, dump.pid, rank, host, timeout_s)
             evidence.append(stack_evidence(state, f"pid:{dump.pid}"))
             continue
         if dump.threads is None:

@@ -50,14 +50,22 @@ def binary() -> str | None:
     return shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
 
 
-def dump_command(py_spy: str, pid: int, with_locals: bool) -> list[str]:
-    return [py_spy, "dump", "--pid", str(pid), "--json"] + (["--locals"] if with_locals else [])
+def dump_command(py_spy: str, pid: int, with_locals: bool, nonblocking: bool = False) -> list[str]:
+    """`nonblocking` reads without pausing the process: the only way to read one that a
+    signal already stopped (py-spy's pause fails there), and consistent since it is."""
+    return (
+        [py_spy, "dump", "--pid", str(pid), "--json"]
+        + (["--locals"] if with_locals else [])
+        + (["--nonblocking"] if nonblocking else [])
+    )
 
 
-def start_dump(py_spy: str, pid: int, with_locals: bool) -> subprocess.Popen[str]:
+def start_dump(
+    py_spy: str, pid: int, with_locals: bool, nonblocking: bool = False
+) -> subprocess.Popen[str]:
     """A py-spy dump of `pid`, running; its JSON comes on stdout, its reason on stderr."""
     return subprocess.Popen(
-        dump_command(py_spy, pid, with_locals),
+        dump_command(py_spy, pid, with_locals, nonblocking),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
@@ -128,13 +136,15 @@ def explain(pid: int, stderr: str) -> tuple[str, str | None]:
     return f"pid {pid}: {last[:200]}", None
 
 
-def dump_one(binary: str, pid: int, with_locals: bool, timeout_s: float) -> Dump:
+def dump_one(
+    binary: str, pid: int, with_locals: bool, timeout_s: float, nonblocking: bool = False
+) -> Dump:
     """Dump one pid (taking over the dump `start_early` began, when there is one)."""
     import json
 
-    early = None if with_locals else take_early(binary, pid)
+    early = None if with_locals or nonblocking else take_early(binary, pid)
     try:
-        process = early or start_dump(binary, pid, with_locals)
+        process = early or start_dump(binary, pid, with_locals, nonblocking)
     except OSError as exc:
         return Dump(pid, error=f"pid {pid}: py-spy could not start: {exc}")
     try:
