@@ -107,6 +107,16 @@ def test_rank_past_the_loop_is_uneven_inputs(tmp_path: Path) -> None:
     assert "hang.mismatched_collective" not in [h.cause_id for h in report.hypotheses]
 
 
+def test_a_tie_past_the_loop_names_the_side_that_left_first(tmp_path: Path) -> None:
+    """Two ranks, one on each side: the one past the loop ran out of data first, at a
+    confidence below the one a majority gives."""
+    f = source(tmp_path)
+    top = report_of(state(0, "barrier", f, 9), state(1, "all_reduce", f, 6)).hypotheses[0]
+    assert top.cause_id == "hang.uneven_inputs"
+    assert top.ranks == [0] and top.location and top.location.line == 9
+    assert top.confidence <= 0.7
+
+
 def test_busy_rank_is_not_in_collective(tmp_path: Path) -> None:
     f = source(tmp_path)
     report = report_of(
@@ -303,6 +313,26 @@ def test_a_rank_that_skipped_an_async_collective_is_not_past_the_loop(tmp_path: 
     assert top.cause_id == "hang.mismatched_collective", top
     assert top.ranks == [2] and top.location and top.location.line == 9
     assert "if not (rank == 2 and step == 3):" in top.summary
+
+
+def test_a_tie_is_read_by_the_call_the_side_ahead_may_have_skipped(tmp_path: Path) -> None:
+    """One rank waits for an async all_reduce, the other stands at the barrier after the
+    loop: the one ahead may have skipped the call under the `if` that leaves ranks out (or
+    run fewer steps), so it is named at that call, at a tie's confidence."""
+    f = tmp_path / "train.py"
+    f.write_text(ASYNC)
+    at = str(f)
+    waiting = classify(
+        [Frame(function="finish", file=at, line=16), Frame(function="train", file=at, line=10)],
+        pid=1000,
+        rank=0,
+    )
+    barrier = Frame(function="barrier", file=C10D, line=100)
+    ahead = classify([barrier, Frame(function="train", file=at, line=11)], pid=1002, rank=2)
+    top = report_of(waiting, ahead).hypotheses[0]
+    assert top.cause_id == "hang.mismatched_collective"
+    assert top.ranks == [2] and top.location and top.location.line == 9
+    assert 0.5 <= top.confidence <= 0.7 and "hang.uneven_inputs" in top.summary
 
 
 BACKWARD = """\

@@ -86,11 +86,10 @@ def mismatched_collective(evidence: EvidenceSet) -> Iterator[Finding]:
         return
     culprit = _culprit(majority, others)
     rest = [g for g in blocked if g is not culprit]
-    branch = (
-        branch_of(culprit, rest)
-        or next((found for g in rest if (found := branch_of(g, [culprit]))), None)
-        or skipped_branch(culprit, rest)
+    own = branch_of(culprit, rest) or next(
+        (found for g in rest if (found := branch_of(g, [culprit]))), None
     )
+    branch = own or skipped_branch(culprit, rest)
     same_op = {g.first.op for g in blocked}
     how = (
         f"the same op ({culprit.first.op}) from different lines"
@@ -123,7 +122,15 @@ def mismatched_collective(evidence: EvidenceSet) -> Iterator[Finding]:
         block, frame = branch
         because = f" {frame.file}:{frame.line} sits under `{block.text}` (line {block.start})."
         location = frame.location()
-        if is_rank_dependent(block):
+        if own is None and even:  # a tie read by the call the side ahead may have skipped
+            confidence = 0.6
+            because += f" {SKIP_STORY}"
+            fix_branch = (
+                skip_fix(block, frame.file)
+                .removeprefix("Every rank must issue the same collectives: ")
+                .removesuffix(".")
+            )
+        elif is_rank_dependent(block):
             confidence = 0.92
             fix_branch = (
                 f"`{block.text}` at {frame.file}:{block.start} decides per rank which collective"
@@ -216,7 +223,8 @@ def _skip(
 
 
 def _culprit(majority: StateGroup, others: list[StateGroup]) -> StateGroup:
-    """The minority; among equals, the group whose call sits under a rank-dependent `if`."""
+    """The minority; among equals, the group whose call sits under a rank-dependent `if`,
+    else the group that may have skipped one the others still wait behind (it ran ahead)."""
     candidates = (
         [majority, *others]
         if all(len(g.states) == len(majority.states) for g in others)
@@ -226,5 +234,6 @@ def _culprit(majority: StateGroup, others: list[StateGroup]) -> StateGroup:
     found = [(g, b) for g in candidates if (b := branch_of(g, [x for x in groups if x is not g]))]
     # Of an `if rank == 0: ... else: ...`, the ranks the test picks out are the odd ones.
     picked = [g for g, (block, _) in found if not excludes_ranks(block)]
-    pool = picked or [g for g, _ in found] or candidates
+    ahead = [g for g in candidates if skipped_branch(g, [x for x in groups if x is not g])]
+    pool = picked or [g for g, _ in found] or ahead or candidates
     return min(pool, key=lambda g: (len(g.states), g.ranks))

@@ -22,7 +22,9 @@ def uneven_inputs(evidence: EvidenceSet) -> Iterator[Finding]:
 
     What it detects:
     A group of ranks stands after the loop (a final barrier, a checkpoint, an evaluation,
-    destroy_process_group) while the rest wait in a collective inside the loop.
+    destroy_process_group) while the rest wait in a collective inside the loop. The
+    smaller side is the odd one; with as many ranks on each side, the side that left the
+    loop first (0.7 at most: it ran out of data, or the other side had more).
 
     Why it happens:
     Ranks got different numbers of batches: a dataset split without DistributedSampler,
@@ -63,7 +65,12 @@ def uneven_inputs(evidence: EvidenceSet) -> Iterator[Finding]:
             finished, running, confidence = group, majority, 0.6
         else:
             continue
-        culprit = group
+        # As many ranks on each side: the side that left the loop first ran out of data
+        # (the usual story: a short shard), named at a lower confidence.
+        tie = len(group.states) == len(majority.states)
+        culprit = finished if tie else group
+        if tie:
+            confidence = min(confidence, 0.7)
         skip = next(
             (
                 found
