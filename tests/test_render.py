@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.console import Console
 
 from tests.test_hang_rules import report_of, source, state
-from triage.models import Report
+from triage.models import Evidence, Finding, Gap, RankGroup, Report
 from triage.render import render_json
 from triage.render.markdown import render_markdown
 from triage.render.terminal import print_report
@@ -30,6 +30,38 @@ def test_terminal_puts_the_verdict_first_and_fits_80_columns(tmp_path: Path) -> 
     assert "hang.mismatched_collective" in lines[1]
     assert text.index("Ranks by state") < text.index("Evidence")
     assert "Merged stacks" in text
+
+
+def test_terminal_cuts_every_list_to_one_screen_with_the_culprits_group_first() -> None:
+    """40 states over 512 nodes, scattered ranks, 30 gaps, 5,000 evidence items, 12 notes."""
+    nodes = [f"node{n:03d}" for n in range(1, 513)]
+    groups = [
+        RankGroup(state=f"state {g}", ranks=list(range(g, 4096, 40)), nodes=nodes[g::40])
+        for g in range(40)
+    ]
+    culprit = Finding(title="t", summary="s", ranks=[39], confidence=0.9, evidence=["e4999"])
+    report = Report(
+        symptom="hang",
+        playbook="hang",
+        hypotheses=[culprit],
+        rank_groups=groups,
+        evidence=[
+            Evidence(id=f"e{n}", kind="log_signal", source="a.log", rank=n, summary=f"at {n}")
+            for n in range(5000)
+        ],
+        gaps=[Gap(source=f"node{n:03d} pid 7", reason="gone") for n in range(30)],
+        notes=[f"note {n}" for n in range(12)],
+    )
+    out = io.StringIO()
+    print_report(report, Console(file=out, width=120, color_system=None))
+    lines = out.getvalue().splitlines()
+    assert len(lines) <= 50, "\n".join(lines)
+    rows = [line for line in lines if "│" in line and not line.startswith("│")]
+    assert "39,79,119,159,199,239,... (102 ranks)" in rows[0]  # the culprit's group first
+    assert "node[040,080,...] (12 nodes)" in rows[0] and "... 32 more groups" in rows[-1]
+    assert "[rank 4999] at 4999" in out.getvalue()  # what the verdict cites comes first
+    assert "... 4,994 more: 4,994 log_signal" in out.getvalue()
+    assert "... 26 more gaps (use --json)" in out.getvalue()
 
 
 def test_markdown_has_verdict_groups_and_merged_stacks(tmp_path: Path) -> None:

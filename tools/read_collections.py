@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from triage.collection.document import read_collections as read_documents
 from triage.collection.merging import merge
-from triage.registry import ToolOutput, tool
+from triage.registry import ToolOutput, collector_paused, tool
 
 
 @tool(name="read_collections")
+@collector_paused()  # one pause for reading and merging 512 nodes' items, not one each
 def read_collections(collections: list[str]) -> ToolOutput:
     """Read `triage collect` documents (files, folders of *.json/*.jsonl, one document per
     node) and merge them: every node's rank processes, stacks, environment and logs as one

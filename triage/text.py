@@ -21,9 +21,15 @@ def rank_label(ranks: list[int]) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + format_ranks(ranks)
 
 
-def format_ranks(ranks: list[int] | set[int]) -> str:
-    """Compress rank lists the way people write them: [0,1,2,3,7] -> '0-3,7'."""
+def format_ranks(ranks: list[int] | set[int], width: int | None = None) -> str:
+    """Compress rank lists the way people write them: [0,1,2,3,7] -> '0-3,7'. With a
+    `width`, a list too scattered to fit is cut at a span and says how many ranks it holds:
+    every other rank of 4,096 is '0,2,4,...' and '(2,048 ranks)'."""
     ordered = sorted(set(ranks))
+    return _fit(_spans(ordered), width, f"{len(ordered):,} ranks")
+
+
+def _spans(ordered: list[int]) -> str:
     if not ordered:
         return "none"
     spans: list[str] = []
@@ -41,11 +47,16 @@ def format_ranks(ranks: list[int] | set[int]) -> str:
 _NUMBERED = re.compile(r"^(.*?)(\d+)$")
 
 
-def format_nodes(names: list[str] | set[str]) -> str:
+def format_nodes(names: list[str] | set[str], width: int | None = None) -> str:
     """Compress node names the way Slurm writes host lists: node001..node512 -> 'node[001-512]'.
 
     A run joins numbers of one prefix that follow each other and are written alike: node9
-    and node10 join, node09 and node10 join, node009 and node10 do not."""
+    and node10 join, node09 and node10 join, node009 and node10 do not. With a `width`, a
+    list too scattered to fit is cut at a name and says how many nodes it holds."""
+    return _fit(_host_list(names), width, f"{len(set(names)):,} nodes")
+
+
+def _host_list(names: list[str] | set[str]) -> str:
     groups: dict[tuple[str, bool], list[str]] = {}
     for name in sorted(set(names)):
         match = _NUMBERED.match(name)
@@ -70,3 +81,15 @@ def format_nodes(names: list[str] | set[str]) -> str:
         spans = [run[0] if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs]
         parts.append(f"{prefix}[{','.join(spans)}]")
     return ",".join(parts) or "none"
+
+
+def _fit(text: str, width: int | None, count: str) -> str:
+    """`text` cut at its last comma that leaves room for '...' and the count, brackets closed."""
+    if width is None or len(text) <= width:
+        return text
+    tail = f" ({count})"
+    room = max(width - len(tail) - 4, 1)
+    cut = text.rfind(",", 0, room)
+    head = text[: cut if cut > 0 else room]
+    close = "]" if head.count("[") > head.count("]") else ""
+    return f"{head},...{close}{tail}"

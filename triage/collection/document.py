@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError
 
 from triage.models import Contract, Evidence, Gap, ToolResult
-from triage.registry import validation_reason
+from triage.registry import collector_paused, validation_reason
 
 COLLECTION_FORMAT = "triage.collection"
 #: Changes whenever a field is added or its meaning changes: documents are read only by
@@ -112,6 +112,7 @@ def _texts(paths: list[str]) -> Iterator[tuple[str, str, str | None]]:
                 yield str(file), "", exc.strerror or str(exc)
 
 
+@collector_paused()
 def documents_in(text: str, label: str) -> tuple[list[Sourced], list[Gap]]:
     """The documents in one text: concatenated JSON (pretty-printed or not), else one per
     line, the lines that do not parse left out as gaps."""

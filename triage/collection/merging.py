@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from triage.collection.document import Sourced
 from triage.models import Evidence, Gap
 from triage.observations import RankProcess, RankState
+from triage.registry import collector_paused
 from triage.text import format_nodes, format_ranks
 
 _NODE_KINDS = (RankProcess.EVIDENCE_KIND, RankState.EVIDENCE_KIND)
@@ -29,6 +30,7 @@ class Merged:
     notes: list[str] = field(default_factory=list)
 
 
+@collector_paused()
 def merge(documents: list[Sourced]) -> Merged:
     merged = Merged()
     ids: set[str] = set()
