@@ -184,6 +184,19 @@ def test_everyone_in_one_place_is_unknown_with_next_steps(tmp_path: Path) -> Non
     assert any("Flight Recorder" in s for s in report.next_steps)
 
 
+def test_a_rank_its_stack_names_is_not_missing(tmp_path: Path) -> None:
+    """mp.spawn's ranks are known from their stacks only: discovery's 'no process holds
+    rank N' is void for every rank a stack names, so the stack rules still decide."""
+    f = source(tmp_path)
+    missing = [
+        MissingRank(rank=r, world_size=4, scope="host", reason="no live process") for r in range(4)
+    ]
+    report = report_of(*(state(r, "all_reduce", f, 6) for r in range(4)), missing=missing)
+    top = report.hypotheses[0]
+    assert top.rule_id == "stacks.no_culprit_visible", top
+    assert "hang.rank_exited" not in [h.cause_id for h in report.hypotheses]
+
+
 def test_unreadable_ranks_lower_confidence(tmp_path: Path) -> None:
     f = source(tmp_path)
     states = [state(0, "broadcast", f, 8), *(state(r, "all_reduce", f, 6) for r in (1, 2, 3))]

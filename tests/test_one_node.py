@@ -174,3 +174,12 @@ def test_the_command_that_reaches_the_other_nodes(extra: dict[str, str], command
     assert [u.ranks for u in unseen] == [[2, 3]] and command in unseen[0].reach
     assert [g.hint for g in run.gaps] == [unseen[0].reach]
     assert not [e for e in run.evidence if e.kind == "missing_rank"]
+
+
+def test_live_processes_of_unknown_rank_may_hold_every_absent_rank() -> None:
+    """mp.spawn's ranks carry no RANK: four live processes of a 4-rank world are not four
+    missing ranks (their stacks tell their ranks later)."""
+    spawned = [RankProcess(pid=2000 + n, world_size=4, host=HOST) for n in range(4)]
+    assert missing_ranks(spawned, HOST) == ([], [])
+    one_named = [process(0, world=4), *spawned[:2]]
+    assert [m.rank for m in missing_ranks(one_named, HOST)[0]] == [1, 2, 3]

@@ -325,14 +325,17 @@ def missing_ranks(processes: list[RankProcess], host: str) -> tuple[list[Missing
     """Ranks of the world with no live process, and the ranks not inspected because they
     run on other hosts (`spans_hosts`). On one host every absent rank is missing; across
     hosts only the local ranks of this host with no process are (the others may well be
-    alive there)."""
+    alive there). None is missing while live processes whose rank is unknown could hold
+    them all."""
     sizes = {p.world_size for p in processes if p.world_size}
     if not sizes:
         return [], []
     world = max(sizes)
     present = {p.rank for p in processes if p.rank is not None and p.status != psutil.STATUS_ZOMBIE}
     absent = sorted(set(range(world)) - present)
-    if not absent:
+    unnamed = sum(1 for p in processes if p.rank is None and p.status != psutil.STATUS_ZOMBIE)
+    if not absent or len(absent) <= unnamed:
+        # mp.spawn's ranks carry no RANK: live processes of unknown rank may be them all.
         return [], []
     if spans_hosts(processes, host) is None:
         reason = f"WORLD_SIZE is {world} and no live process on {host} holds this rank"

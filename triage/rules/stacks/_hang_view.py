@@ -98,9 +98,12 @@ def _build_view(evidence: EvidenceSet) -> HangView:
     missing_items = evidence.payloads(MissingRank)
     processes = [p for _, p in evidence.payloads(RankProcess)]
     stacked = {s.pid for g in groups for s in g.states}
+    # A rank its stack names (mp.spawn's index, read from the frames' locals) is alive,
+    # whatever its environment failed to say when its process was discovered.
+    read = {s.rank for g in groups for s in g.states if s.rank is not None}
     return HangView(
         groups=groups,
-        missing=[m for _, m in missing_items if m.scope == "host"],
+        missing=[m for _, m in missing_items if m.scope == "host" and m.rank not in read],
         zombies=[p for p in processes if p.status == "zombie"],
         unreadable=sum(1 for p in processes if p.pid not in stacked and p.status != "zombie"),
     )
