@@ -4,8 +4,11 @@ in-process `triage analyze` the rule tests run their logs through."""
 from __future__ import annotations
 
 import importlib.util
+import json
+import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +24,20 @@ load_all()
 def triage_cli(*args: str) -> list[str]:
     """The `triage` command as this interpreter runs it."""
     return [sys.executable, "-m", "triage", *args]
+
+
+def hang_report(pids: list[int]) -> dict[str, Any]:
+    """`triage hang --json --pids ...` as a user runs it: exactly one JSON document."""
+    done = subprocess.run(
+        triage_cli("hang", "--json", "--pids", *map(str, pids)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
 
 
 requires_torch = pytest.mark.skipif(

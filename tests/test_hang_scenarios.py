@@ -7,28 +7,13 @@ waiting) with one planted fault marked `# triage: fault` in its script.
 from __future__ import annotations
 
 import json
-import subprocess
-from typing import Any
 
 import pytest
 
-from tests.conftest import requires_torch, triage_cli
+from tests.conftest import hang_report, requires_torch
 from triage.scenarios import CAUSE_IDS, CULPRITS, SCENARIOS, RankJob
 
 pytestmark = [pytest.mark.scenario, requires_torch]
-
-
-def hang_report(pids: list[int]) -> dict[str, Any]:
-    done = subprocess.run(
-        triage_cli("hang", "--json", "--pids", *map(str, pids)),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    report: dict[str, Any] = json.loads(done.stdout)  # exactly one JSON document on stdout
-    return report
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))

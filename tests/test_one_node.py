@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import requires_torch, triage_cli
+from tests.conftest import hang_report, requires_torch
 from triage.observations import RankProcess, UnseenRanks
 from triage.readers.processes import missing_ranks, spans_hosts
 from triage.registry import REGISTRY
@@ -50,19 +50,6 @@ def slurm_task(job: str) -> Callable[[int], Mapping[str, str]]:
         }
 
     return env
-
-
-def hang_report(pids: list[int]) -> dict[str, Any]:
-    done = subprocess.run(
-        triage_cli("hang", "--json", "--pids", *map(str, pids)),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    report: dict[str, Any] = json.loads(done.stdout)
-    return report
 
 
 @pytest.mark.scenario

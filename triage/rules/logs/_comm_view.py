@@ -165,11 +165,15 @@ class CommView:
     def has(self, *names: str) -> bool:
         return any(self.by_name.get(name) for name in names)
 
+    def named_elsewhere(self) -> bool:
+        """A specific comm signature, or a failure of another family, explains the text."""
+        return any(self.by_name.get(name) for name in SPECIFIC) or bool(self.other_failures())
+
     def unnamed(self, *kinds: str) -> list[Signal]:
         """NCCL result codes of these kinds ("system", "internal") when no line names the
         call that failed: no specific signature, no lost peer, no failure of another family.
         The comm rules then rank their usual suspects low, beside comm.unknown."""
-        if any(self.by_name.get(name) for name in SPECIFIC) or self.other_failures():
+        if self.named_elsewhere():
             return []
         if any(s.peer_symptom for items in self.by_name.values() for _, s in items):
             return []

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._comm_view import PEER_TEXT, SPECIFIC, TIMEOUT_TEXT, comm_view, quote
+from triage.rules.logs._comm_view import PEER_TEXT, TIMEOUT_TEXT, comm_view, quote
 from triage.rules.logs._signals import ranks_of
 from triage.text import format_ranks
 
@@ -48,7 +48,7 @@ def comm_unknown(evidence: EvidenceSet) -> Iterator[Finding]:
     NCCL troubleshooting guide; NCCL_DEBUG and NCCL_DEBUG_SUBSYS.
     """
     view = comm_view(evidence)
-    if any(view.by_name.get(name) for name in SPECIFIC) or view.other_failures():
+    if view.named_elsewhere():
         return
     warns = view.warnings()
     errors = view.of(*_GENERIC) + warns
