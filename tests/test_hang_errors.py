@@ -131,18 +131,17 @@ def test_an_early_dump_is_the_one_the_stack_tool_reads(
     assert [e.kind for e in run.evidence] == ["stack"]
 
 
-def _innermost(pid: int) -> str | None:
+def _frames(pid: int) -> list[str]:
     run = REGISTRY.run("dump_stacks", {"pids": [pid], "with_locals": False})
-    names = [f["function"] for e in run.evidence if e.kind == "stack" for f in e.data["frames"]]
-    return names[0] if names else None
+    return [f["function"] for e in run.evidence if e.kind == "stack" for f in e.data["frames"]]
 
 
 def test_a_stopped_rank_is_named_stopped_not_lost(python_sleeper: subprocess.Popen[bytes]) -> None:
     """py-spy cannot pause a SIGSTOPped process, but reads it without pausing: its state
     says it is stopped, and where."""
     deadline = time.monotonic() + 30
-    while _innermost(python_sleeper.pid) != "<module>" and time.monotonic() < deadline:
-        time.sleep(0.05)  # polled: stopped in its loop, not while the interpreter starts
+    while _frames(python_sleeper.pid) != ["<module>"] and time.monotonic() < deadline:
+        time.sleep(0.05)  # polled: only the script's own frame, not an import at start-up
     os.kill(python_sleeper.pid, signal.SIGSTOP)
     try:
         proc = psutil.Process(python_sleeper.pid)
