@@ -55,7 +55,7 @@ def test_playbooks_and_rules_docs() -> None:
     listed = run("playbooks", "list")
     assert listed.returncode == 0
     names = {line.split()[0] for line in listed.stdout.splitlines() if line[:1].strip()}
-    assert {"analyze", "hang", "comm_error", "oom", "config", "wrong_results"} <= names
+    assert {"analyze", "hang", "comm-error", "oom", "config", "wrong-results"} <= names
     shown = run("playbooks", "show", "hang")
     assert "discover_ranks" in shown.stdout and "# Hang playbook" in shown.stdout
     missing = run("playbooks", "show", "nope")
@@ -68,7 +68,16 @@ def test_playbooks_and_rules_docs() -> None:
 
 
 def test_hang_markdown_report_for_a_ticket() -> None:
-    done = run("hang", "--format", "markdown", "--pids", str(2**22 + 99))
+    # rank 0 of 2, alone: rank 1's absence is a gap
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        env={"RANK": "0", "WORLD_SIZE": "2", "PATH": "/usr/bin:/bin"},
+    )
+    try:
+        done = run("hang", "--format", "markdown", "--pids", str(proc.pid))
+    finally:
+        proc.kill()
+        proc.wait()
     assert done.stdout.startswith("# triage hang report")
     assert "## Gaps" in done.stdout and "## Tool runs" in done.stdout
 

@@ -77,10 +77,10 @@ def test_missing_py_spy_says_how_to_install(
     assert "pip install py-spy" in (run.gaps[0].hint or "")
 
 
-def test_gone_pid_exits_1_with_one_line_and_the_report(tmp_path: Path) -> None:
+def test_gone_pid_is_a_usage_error_of_one_line_and_no_report(tmp_path: Path) -> None:
     done = run_hang(2**22 + 4321)
-    assert done.returncode == 1
-    assert json.loads(done.stdout)["gaps"]  # the evidence gathered so far is still printed
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("triage: error: no process with pid 4198625")
     assert done.stderr.strip().count("\n") == 0 and "Traceback" not in done.stderr
 
 

@@ -140,7 +140,7 @@ def test_triage_report_with_a_fixed_symptom_runs_that_playbook(server: Server[An
     result = call(server, REPORT_TOOL, {"symptom": "comm", "paths": JOB_PATHS})
     assert not result.is_error, text(result)
     report = Report.model_validate(result.structured_content)
-    assert report.playbook == "comm_error"
+    assert report.playbook == "comm-error"
     assert all(h.cause_id.startswith("comm.") for h in report.hypotheses)
     assert report.hypotheses[0].cause_id == "comm.peer_failure"
 
@@ -168,7 +168,7 @@ def test_failures_are_tool_errors_with_their_reason_and_the_server_lives_on(
     missing = str(tmp_path / "no-such.log")
     cases: list[tuple[str, dict[str, Any], str]] = [
         ("no_such_tool", {}, "unknown tool 'no_such_tool'"),
-        ("scan_logs", {"log_files": "x.log"}, "invalid input: log_files"),
+        ("scan_logs", {"log_files": 5}, "invalid input: log_files"),
         ("scan_logs", {"log_files": [], "extra": 1}, "invalid input: extra"),
         ("collect_files", {}, "invalid input: paths: Field required"),
         ("collect_files", {"paths": []}, "no files to read"),

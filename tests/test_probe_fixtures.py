@@ -78,7 +78,7 @@ def test_the_job_folder_names_the_planted_cause_and_culprits(directory: Path) ->
     top = report["hypotheses"][0]
     assert top["cause_id"] == want["cause"], verdict(report)
     assert sorted(top["ranks"]) == want["culprit_ranks"], verdict(report)
-    assert report["symptom"] == "wrong"
+    assert report["symptom"] == "wrong-results"
 
 
 @pytest.mark.parametrize("directory", WRONG, ids=lambda p: p.name)

@@ -149,7 +149,7 @@ def test_unreduced_gradients_are_unsynced_grads_with_names_ranks_and_line(tmp_pa
     assert top.location is not None and (top.location.file, top.location.line) == (TRAIN, 42)
     assert top.confidence >= 0.9
     assert "wrong.init_mismatch" not in causes(report)
-    assert report.playbook == "wrong_results"
+    assert report.playbook == "wrong-results"
 
 
 def test_one_replica_drifting_is_named_by_majority_vote(tmp_path: Path) -> None:

@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator
 
 from triage.grouping import group_ranks
 from triage.models import Finding, Gap, Report
@@ -26,11 +28,14 @@ from triage.playbooks import (
 )
 from triage.plugins import load_all, rule_families
 from triage.registry import REGISTRY, EvidenceSet, Registry, ToolRun, run_rules, select
-from triage.taxonomy import CAUSES, symptom_of
+from triage.taxonomy import CAUSES, canonical_symptom, symptom_of
 
 CLOSE_CALL = 0.15
-# `analyze` lets the evidence name the symptom; the others fix it.
-Symptom = Literal["analyze", "hang", "comm", "oom", "config", "wrong"]
+# `analyze` lets the evidence name the symptom; the others fix it (earlier spellings too).
+Symptom = Annotated[
+    Literal["analyze", "hang", "comm-error", "oom", "config", "wrong-results"],
+    BeforeValidator(lambda name: canonical_symptom(name) if isinstance(name, str) else name),
+]
 
 
 def job_targets(

@@ -49,8 +49,9 @@ class ReportRequest(Contract):
 
     symptom: Symptom = Field(
         default="analyze",
-        description="analyze (the evidence names the symptom), or fix it: hang, comm (NCCL/gloo"
-        " errors, rendezvous), oom, config (launch and setup errors), wrong (diverging results).",
+        description="analyze (the evidence names the symptom), or fix it: hang, comm-error"
+        " (NCCL/gloo errors, rendezvous), oom, config (launch and setup errors), wrong-results"
+        " (diverging results).",
     )
     paths: list[str] = Field(
         default_factory=list,

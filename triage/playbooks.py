@@ -12,11 +12,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from triage.errors import TriageError
 from triage.models import Contract, Evidence
 from triage.plugins import bundled_dir, plugin_dirs
+from triage.taxonomy import canonical_symptom
 
 
 class PlaybookStep(Contract):
@@ -84,6 +85,12 @@ class Playbook(Contract):
     body: str = ""
     path: str = ""
 
+    @field_validator("symptom")
+    @classmethod
+    def _one_name(cls, symptom: str) -> str:
+        """A user's playbook written for `comm` serves `comm-error`."""
+        return canonical_symptom(symptom)
+
 
 class PlaybookError(TriageError):
     pass
@@ -130,9 +137,11 @@ def select_playbook(
     symptom's playbook, from which the intake's verdict picks the next steps."""
     playbooks = load_playbooks(plugin_dirs)
     by_symptom = symptom_playbooks(playbooks)
-    chosen = playbooks.get(INTAKE) if symptom in (None, INTAKE) else by_symptom.get(symptom)
+    name = canonical_symptom(symptom) if symptom else INTAKE
+    chosen = playbooks.get(INTAKE) if name == INTAKE else by_symptom.get(name)
     if chosen is None:
-        raise PlaybookError(f"no playbook for symptom {symptom or INTAKE!r}")
+        known = ", ".join([INTAKE, *sorted(by_symptom)])
+        raise PlaybookError(f"unknown symptom {symptom!r} (one of: {known})")
     return chosen, by_symptom
 
 
@@ -156,6 +165,7 @@ def run_playbook(
 
 def get_playbook(name: str, extra_dirs: list[Path] | None = None) -> Playbook:
     playbooks = load_playbooks(extra_dirs)
-    if name not in playbooks:
+    found = playbooks.get(name) or playbooks.get(canonical_symptom(name))
+    if found is None:
         raise PlaybookError(f"no playbook named {name!r} (have: {', '.join(sorted(playbooks))})")
-    return playbooks[name]
+    return found

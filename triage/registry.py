@@ -18,9 +18,10 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from types import UnionType
+from typing import Any, TypeVar, Union, cast, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model, model_validator
 
 from triage.models import Evidence, Finding, Gap, ToolResult, ToolStatus
 from triage.observations.payload import Payload
@@ -105,8 +106,34 @@ class ToolRun:
     notes: list[str] = field(default_factory=list)
 
 
+def _wants_list(annotation: Any) -> bool:
+    """`list[int]`, `list[str] | None`: a field that takes a list."""
+    if get_origin(annotation) is list:
+        return True
+    return get_origin(annotation) in (Union, UnionType) and any(
+        get_origin(arg) is list for arg in get_args(annotation)
+    )
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_value_as_a_list(cls, data: Any) -> Any:
+        """`pids=10952` means `pids=[10952]`: people (`tools run`, chat) and models give one
+        value where a list is expected."""
+        if not isinstance(data, dict):
+            return data
+        fields = cls.model_fields
+        return {
+            key: [value]
+            if key in fields
+            and _wants_list(fields[key].annotation)
+            and not isinstance(value, list | tuple | type(None))
+            else value
+            for key, value in data.items()
+        }
 
 
 def _input_model(name: str, func: Callable[..., Any]) -> type[BaseModel]:

@@ -112,5 +112,25 @@ def is_cause(cause_id: str) -> bool:
     return cause_id in CAUSES
 
 
+#: The symptom each family of cause IDs belongs to. A symptom has one name everywhere: the
+#: command, `--symptom`, its playbook, reports and MCP.
+SYMPTOM_OF_FAMILY = {
+    "hang": "hang",
+    "comm": "comm-error",
+    "oom": "oom",
+    "wrong": "wrong-results",
+    "config": "config",
+}
+SYMPTOMS = tuple(SYMPTOM_OF_FAMILY.values())
+
+
 def symptom_of(cause_id: str) -> str:
-    return cause_id.split(".", 1)[0]
+    family = cause_id.split(".", 1)[0]
+    return SYMPTOM_OF_FAMILY.get(family, family)
+
+
+def canonical_symptom(name: str) -> str:
+    """A symptom's one name from any spelling earlier versions used (`comm`, `comm_error`,
+    `Wrong_Results`); a name no symptom has comes back as typed, for the caller to refuse."""
+    key = name.strip().lower().replace("_", "-")
+    return SYMPTOM_OF_FAMILY.get(key, key)

@@ -22,7 +22,7 @@ _MASTER = re.compile(r"^\S+:\d+$")
 def collect(
     ctx: typer.Context,
     pid_args: Annotated[
-        list[str] | None, typer.Argument(metavar="[PID]...", help="More pids.")
+        list[str] | None, typer.Argument(metavar="PID", help="More pids.")
     ] = None,
     pids: Annotated[list[str] | None, typer.Option("--pids", help="Rank process ids.")] = None,
     launcher_pid: Annotated[

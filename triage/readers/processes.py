@@ -173,6 +173,14 @@ def _launcher(proc: psutil.Process) -> tuple[str | None, int | None]:
     return None, None
 
 
+def launcher_of(pid: int) -> int | None:
+    """The pid of the launcher `pid` runs under (torchrun, mp.spawn's parent, ...), if any."""
+    try:
+        return _launcher(psutil.Process(pid))[1]
+    except psutil.Error:
+        return None
+
+
 def _slurm_step(env: dict[str, str]) -> str | None:
     """JOB.STEP as `--slurm-job` takes it; the batch script's own steps are not numbered."""
     job, step = env.get("SLURM_JOB_ID", "").strip(), env.get("SLURM_STEP_ID", "").strip()

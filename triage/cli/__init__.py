@@ -1,0 +1,104 @@
+"""The `triage` command: a thin shell over the engine.
+
+Heavy modules are imported inside commands, so `triage hang` starts fast and never
+imports torch or an LLM SDK. Reports go to stdout; diagnostics go to stderr.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from triage.cli.catalog import playbooks_app, rules_app, skill_app, tools_app
+from triage.cli.common import PLUGIN_DIRS, fail
+from triage.cli.diagnosing import analyze, hang, symptom_command
+from triage.cli.help_format import TidyGroup
+from triage.cli.running import chat, demo, mcp_command, run
+from triage.collection.command import collect
+from triage.errors import TriageError
+
+app = typer.Typer(
+    cls=TidyGroup,
+    name="triage",
+    help="Root-cause triage for hung, failing or diverging distributed PyTorch jobs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(asked: bool) -> None:
+    if asked:
+        try:
+            typer.echo(f"triage {version('triage')}")
+        except PackageNotFoundError:
+            typer.echo("triage (not installed: run from a source tree)")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    ctx: typer.Context,
+    plugins: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--plugins",
+            metavar="DIR",
+            help="Directory of extra tool/rule modules and playbooks (repeatable).",
+        ),
+    ] = None,
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=_version, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Root-cause triage for distributed PyTorch jobs: hangs, comm errors, OOM, wrong results."""
+    PLUGIN_DIRS[:] = list(plugins or [])
+    ctx.obj = PLUGIN_DIRS  # for commands defined outside this package (`collect`)
+
+
+app.command()(hang)
+app.command()(collect)
+app.command()(analyze)
+app.command("comm-error")(
+    symptom_command("comm-error", "NCCL/gloo errors, rendezvous failures, broken peers.")
+)
+app.command("oom")(
+    symptom_command("oom", "CUDA and host out-of-memory, from messages and snapshots.")
+)
+app.command("wrong-results")(
+    symptom_command("wrong-results", "diverging replicas, unused parameters, NaNs.")
+)
+app.command()(chat)
+app.command()(demo)
+app.command(context_settings={"allow_interspersed_args": False})(run)
+app.command("mcp")(mcp_command)
+app.add_typer(tools_app, name="tools")
+app.add_typer(playbooks_app, name="playbooks")
+app.add_typer(rules_app, name="rules")
+app.add_typer(skill_app, name="skill")
+
+
+def main() -> None:
+    """Entry point: user-facing failures are one line and a non-zero exit, never a traceback."""
+    # pydantic scans every installed distribution for plugins on first use (~80 ms with
+    # torch installed); the CLI uses none, and start-up time is what on-call waits for.
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    try:
+        app(prog_name="triage")
+    except TriageError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        fail("interrupted", 130)
+    except Exception as exc:  # the last line of defence: no traceback for users
+        if os.environ.get("TRIAGE_DEBUG"):
+            raise
+        fail(f"internal error: {type(exc).__name__}: {exc} (set TRIAGE_DEBUG=1 for a traceback)", 1)
