@@ -219,3 +219,18 @@ def test_cli_bogus_agent_is_one_line_error(tmp_path: Path) -> None:
     assert "bogus" in lines[0]
     assert "Traceback" not in done.stderr
     assert not any(tmp_path.iterdir())
+
+
+def test_body_is_decisive_and_fits_an_agents_context() -> None:
+    """Workflow, how to confirm, when not to trust: per-family detail lives in playbooks."""
+    assert len(SKILL_MD.read_bytes()) < 8_000
+    for needle in ("--debug-detail --hang-after", "--kill-on-hang", "rank groups tie", "one of"):
+        assert needle in BODY, needle
+
+
+def test_every_table_has_a_header_row() -> None:
+    lines = BODY.splitlines()
+    for index, line in enumerate(lines):
+        starts = line.startswith("|") and not lines[index - 1].startswith("|")
+        if starts:  # the first row of a table is its header: a separator row follows it
+            assert re.fullmatch(r"\|(\s*-+\s*\|)+", lines[index + 1]), line
