@@ -169,8 +169,11 @@ def test_a_launcher_pid_given_as_a_rank_is_followed_to_its_ranks(
     parent, ranks = spawned_job
     done = run("hang", "--pids", str(parent), "--json", "--timeout", "20")
     assert f"pid {parent} is the launcher" in done.stderr
-    assert sorted(json.loads(done.stdout)["targets"]["pids"]) == sorted(ranks)
-    assert _ranks_read(json.loads(done.stdout)) == [0, 1]
+    report = json.loads(done.stdout)
+    assert sorted(report["targets"]["pids"]) == sorted(ranks)
+    assert _ranks_read(report) == [0, 1]
+    by_rank = {int(r): pid for g in report["rank_groups"] for r, pid in g["rank_pids"].items()}
+    assert sorted(by_rank.values()) == sorted(ranks)  # each group says which process is which
 
 
 def test_a_rank_pid_given_as_the_launcher_is_followed_to_its_launcher(

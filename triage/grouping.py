@@ -73,6 +73,7 @@ def group_ranks(evidence: EvidenceSet) -> list[RankGroup]:
                 state="stack unreadable",
                 ranks=sorted(p.rank for p in unread if p.rank is not None),
                 pids=sorted(p.pid for p in unread if p.rank is None),
+                rank_pids={p.rank: p.pid for p in unread if p.rank is not None},
                 nodes=sorted({p.node for p in unread if p.node}),
                 detail="see gaps",
             )
@@ -91,6 +92,7 @@ def _group_of_states(states: list[RankState]) -> RankGroup:
         state=first.describe(),
         ranks=sorted(s.rank for s in states if s.rank is not None),
         pids=sorted(s.pid for s in states if s.rank is None),
+        rank_pids={s.rank: s.pid for s in states if s.rank is not None and s.pid > 0},
         nodes=sorted({s.node for s in states if s.node}),
         detail=first.detail,
         location=first.user_frame.location() if first.user_frame else None,

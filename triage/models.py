@@ -108,6 +108,10 @@ class RankGroup(Contract):
     state: str
     ranks: list[int]
     pids: list[int] = Field(default_factory=list, description="Processes whose rank is unknown.")
+    rank_pids: dict[int, int] = Field(
+        default_factory=dict,
+        description="Each rank's process id, where a live process was read (on its own node).",
+    )
     nodes: list[str] = Field(
         default_factory=list, description="Node names of its ranks, when collections gave them."
     )
