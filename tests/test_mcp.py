@@ -316,3 +316,12 @@ def test_other_commands_never_import_the_mcp_sdk() -> None:
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if "|" in line}
     assert "triage.engine" in imported
     assert not {m for m in imported if m.split(".")[0] in ("mcp", "mcp_types")}
+
+
+def test_triage_report_takes_one_pid_or_a_string_of_pids() -> None:
+    from triage.mcp_server import ReportRequest
+
+    assert ReportRequest(pids=1234).pids == [1234]  # type: ignore[arg-type]
+    assert ReportRequest(pids="1234, 1235").pids == [1234, 1235]  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="must be process ids"):
+        ReportRequest(pids="rank0")  # type: ignore[arg-type]

@@ -27,6 +27,7 @@ from triage import __version__
 from triage.engine import Symptom, diagnose, found_evidence, job_targets
 from triage.errors import TriageError
 from triage.models import Contract, Gap, Report, ToolResult, ToolStatus
+from triage.pid_args import PidList
 from triage.redact import redact_text, redact_value
 from triage.registry import REGISTRY, ToolSpec, validation_reason
 from triage.render import confidence_label
@@ -58,7 +59,7 @@ class ReportRequest(Contract):
         description="Log files, NCCL debug files, torchelastic error files, dumps, or folders"
         " of them (read recursively).",
     )
-    pids: list[int] = Field(default_factory=list, description="Live rank process ids.")
+    pids: PidList = Field(default_factory=list, description="Live rank process ids.")
     launcher_pid: int | None = Field(
         default=None, description="Pid of torchrun or the mp.spawn parent: its ranks are found."
     )

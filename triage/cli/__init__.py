@@ -7,12 +7,12 @@ imports torch or an LLM SDK. Reports go to stdout; diagnostics go to stderr.
 from __future__ import annotations
 
 import os
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from triage import __version__
 from triage.cli.catalog import playbooks_app, rules_app, skill_app, tools_app
 from triage.cli.common import PLUGIN_DIRS, fail
 from triage.cli.diagnosing import analyze, hang, symptom_command
@@ -35,10 +35,7 @@ app = typer.Typer(
 
 def _version(asked: bool) -> None:
     if asked:
-        try:
-            typer.echo(f"triage {version('triage')}")
-        except PackageNotFoundError:
-            typer.echo("triage (not installed: run from a source tree)")
+        typer.echo(f"triage {__version__}")
         raise typer.Exit()
 
 
