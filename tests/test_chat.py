@@ -4,8 +4,16 @@ Messages API) it keeps the conversation and lets the model call the read-only to
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import os
+import pty
+import re
+import select
+import stat
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +22,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from tests.conftest import REPO
+from tests.conftest import REPO, triage_cli
 from tests.fake_messages_api import (
     FakeMessagesApi,
     message,
@@ -23,10 +31,15 @@ from tests.fake_messages_api import (
     text,
     tool_use,
 )
-from triage.chat import ChatSession, parse_params, start
+from triage.chat import ChatSession, start
+from triage.chat_inputs import parse_params
+from triage.chat_lines import history_path, save_history
 from triage.cli import app
+from triage.engine import job_targets
 from triage.llm.config import LlmConfig
-from triage.registry import REGISTRY
+from triage.models import Report
+from triage.playbooks import load_playbooks
+from triage.registry import REGISTRY, Registry, ToolOutput
 
 OOM_LOGS = REPO / "tests" / "fixtures" / "logs" / "host_oom_kill"
 PLANTED = "hf_" + "Q7wErTy8UiOp9AsDfGh0JkLzXcVbNm1234"
@@ -163,3 +176,200 @@ def test_save_never_overwrites(tmp_path: Path) -> None:
     target.write_text("mine")
     session.handle(f"/save {target}")
     assert target.read_text() == "mine" and "cannot write" in out.getvalue()
+
+
+def test_run_fills_a_tools_inputs_from_the_sessions_evidence(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    done = chat(
+        "/run scan_logs",
+        "/run dump_stacks",
+        "/run scan_logs log_files=/nonexistent.log",
+        args=("--evidence", str(OOM_LOGS)),
+    )
+    assert done.exit_code == 0, done.output
+    out = done.output
+    assert "scan_logs: ok, " in out and "Field required" not in out
+    assert (
+        "/run: dump_stacks needs pids and the session has none; "
+        "give it: /run dump_stacks pids=PIDS\n" in out
+    )
+    assert "gap: /nonexistent.log: cannot read" in out  # what was typed wins, one value a list
+
+
+def read_dumps(dump_files: list[str], pids: list[int], label: str = "") -> ToolOutput:
+    """A plugin tool chat knows nothing about: its schema alone says what it needs."""
+    return ToolOutput(text=json.dumps({"dump_files": dump_files, "pids": pids, "label": label}))
+
+
+def plugin_session(tmp_path: Path, pids: list[int]) -> tuple[ChatSession, io.StringIO]:
+    (tmp_path / "sub").mkdir()
+    for name in ("a.bin", "sub/b.bin"):
+        (tmp_path / name).write_text("dump")
+    registry = Registry()
+    registry.register(read_dumps, "read_dumps", "Read dumps.")
+    report = Report(
+        symptom="unknown", playbook="analyze", targets=job_targets([str(tmp_path)], pids)
+    )
+    out = io.StringIO()
+    console = Console(file=out, width=400)
+    session = ChatSession(report, load_playbooks()["analyze"], [], console, LlmConfig(), registry)
+    return session, out
+
+
+def test_run_fills_any_tools_inputs_from_its_schema(tmp_path: Path) -> None:
+    session, out = plugin_session(tmp_path, [41, 42])
+    session.handle("/run read_dumps")
+    session.handle("/run read_dumps pids=7 label='one dump'")
+    first, second = [json.loads(line) for line in out.getvalue().splitlines() if "{" in line]
+    files = [str(tmp_path / "a.bin"), str(tmp_path / "sub" / "b.bin")]
+    assert first == {"dump_files": files, "pids": [41, 42], "label": ""}
+    assert second == {"dump_files": files, "pids": [7], "label": "one dump"}
+
+
+def test_a_required_input_the_session_lacks_is_named_in_one_line(tmp_path: Path) -> None:
+    session, out = plugin_session(tmp_path, [])
+    session.handle("/run read_dumps")
+    assert out.getvalue() == (
+        "/run: read_dumps needs pids and the session has none; give it: /run read_dumps pids=PIDS\n"
+    )
+
+
+def test_the_saved_transcript_has_every_question_answer_and_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
+    saved = tmp_path / "ticket.md"
+    done = chat(
+        "why did rank 1 die?",
+        "/run scan_logs",
+        "/run dump_stacks",
+        "/nope",
+        f"/save {saved}",
+        args=("--evidence", str(OOM_LOGS)),
+    )
+    assert done.exit_code == 0, done.output
+    transcript = saved.read_text().split("## Transcript\n", 1)[1]
+    assert transcript.splitlines()[1:3] == [
+        "- **you:** why did rank 1 die?",
+        "- **triage:** No model (ANTHROPIC_API_KEY is not set); "
+        "use /tools, /run, /report, /playbook, /save.",
+    ]
+    assert re.search(r"- tool: `scan_logs: ok, .*`\n\n  ```text\n  1 files?: ", transcript)
+    assert "- **triage:** /run: dump_stacks needs pids" in transcript
+    assert "- **triage:** unknown command /nope" in transcript
+
+
+def test_tab_completes_commands_tool_names_and_inputs() -> None:
+    report, playbook = start([], [], [])
+    session = ChatSession(report, playbook, [], Console(file=io.StringIO()), LlmConfig())
+    assert session.complete("", "/ru") == ["/run "]
+    assert session.complete("", "/q") == ["/quit "]
+    assert session.complete("/run ", "scan") == ["scan_logs "]
+    assert session.complete("/run dump_stacks ", "p") == ["pids="]
+    assert session.complete("/run nosuchtool ", "") == []
+    assert session.complete("/playbook ", "oo") == ["oom "]
+
+
+class Terminal:
+    """A child on a pseudo-terminal, as a person's shell runs it; its output is polled
+    until what is expected arrives or a deadline passes."""
+
+    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+        self.fd, child = pty.openpty()
+        self.proc = subprocess.Popen(
+            args, stdin=child, stdout=child, stderr=child, env=env, cwd=REPO
+        )
+        os.close(child)
+        self.output = ""
+
+    def send(self, keys: str) -> None:
+        os.write(self.fd, keys.encode())
+
+    def expect(self, text: str, count: int = 1, timeout_s: float = 30) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.output.count(text) < count:
+            assert self.read(deadline), f"no {text!r} x{count} in {self.output[-3000:]!r}"
+
+    def finish(self, timeout_s: float = 30) -> int:
+        """Read to the end (a full terminal would block the child) and wait for it."""
+        deadline = time.monotonic() + timeout_s
+        while self.read(deadline):
+            pass
+        return self.proc.wait(timeout=max(deadline - time.monotonic(), 1))
+
+    def read(self, deadline: float) -> bool:
+        """One chunk of output; False at the end of it or at the deadline."""
+        ready, _, _ = select.select([self.fd], [], [], max(deadline - time.monotonic(), 0))
+        if not ready:
+            return False
+        try:
+            chunk = os.read(self.fd, 65536)
+        except OSError:  # EIO: the child has closed the terminal
+            return False
+        self.output += chunk.decode(errors="replace")
+        return bool(chunk)
+
+
+@contextlib.contextmanager
+def terminal(state: Path) -> Iterator[Terminal]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
+    env |= {"XDG_STATE_HOME": str(state), "TERM": "xterm", "INPUTRC": "/dev/null"}
+    term = Terminal(triage_cli("chat"), env)
+    try:
+        yield term
+    finally:
+        if term.proc.poll() is None:
+            term.proc.kill()
+        term.proc.wait()
+        os.close(term.fd)
+
+
+def test_at_a_terminal_keys_edit_recall_and_complete_and_history_is_kept(
+    tmp_path: Path,
+) -> None:
+    with terminal(tmp_path) as term:
+        term.expect("triage> ")
+        term.send("/to\t\r")  # Tab completes /tools
+        term.expect("scan_logs(log_files)")
+        term.expect("triage> ", count=2)
+        term.send("\x1b[A\r")  # up arrow: the last line again
+        term.expect("scan_logs(log_files)", count=2)
+        term.send("/quit\r")
+        assert term.finish() == 0, term.output
+    assert "^[[A" not in term.output and "unknown command" not in term.output
+    history = tmp_path / "triage" / "chat_history"
+    assert "/tools" in history.read_text() and "/quit" in history.read_text()
+    assert stat.S_IMODE(history.stat().st_mode) == 0o600
+
+
+def test_a_history_file_that_cannot_be_used_is_ignored(tmp_path: Path) -> None:
+    (tmp_path / "triage" / "chat_history").mkdir(parents=True)  # neither readable nor writable
+    with terminal(tmp_path) as term:
+        term.expect("triage> ")
+        term.send("/to\t\r")  # line editing works all the same
+        term.expect("scan_logs(log_files)")
+        term.send("/quit\r")
+        assert term.finish() == 0, term.output
+    assert "Traceback" not in term.output and "IsADirectory" not in term.output
+
+
+def test_history_is_saved_with_secrets_masked(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    readline = pytest.importorskip("readline")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    target = history_path()
+    assert target == tmp_path / "triage" / "chat_history"
+    monkeypatch.setenv("XDG_STATE_HOME", "relative/ignored")
+    assert history_path() == Path.home() / ".local" / "state" / "triage" / "chat_history"
+    readline.clear_history()
+    readline.add_history(f"how do I fix it? my token is HF_TOKEN={PLANTED}")
+    try:
+        save_history(readline, target)
+    finally:
+        readline.clear_history()
+    saved = target.read_text()
+    assert PLANTED not in saved and "HF_TOKEN=[REDACTED]" in saved

@@ -4,15 +4,14 @@ It starts from the rules' report over the evidence given, then reads lines from 
 slash commands run tools and show playbooks whether or not a model is configured, and
 free text goes to the model (with ANTHROPIC_API_KEY) with the report, the conversation so
 far and the read-only tools. Evidence gathered by either is added to the report and the
-rules decide again, so `/report` and `/save` always show the rules' current view. It reads
-plain lines, so a script or a test can drive it through a pipe as well as a person can.
+rules decide again, so `/report` and `/save` always show the rules' current view. At a
+terminal it edits lines, keeps a history and completes commands (`triage.chat_lines`);
+from a pipe it reads plain lines, so a script or a test drives it as a person would.
 """
 
 from __future__ import annotations
 
-import json
 import re
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +20,8 @@ from typing import Any
 
 from rich.console import Console
 
+from triage.chat_inputs import missing_inputs, opening_context, parse_params, tool_inputs
+from triage.chat_lines import line_reader
 from triage.engine import follow, job_targets, redecide
 from triage.llm import prompt
 from triage.llm.client import LlmError, MessagesClient
@@ -43,20 +44,40 @@ HELP = """\
 Commands:
   /tools                      the evidence tools and their inputs
   /run NAME key=value ...     run a tool (values are JSON or text; or one JSON object);
-                              inputs left out come from the session, e.g. /run scan_logs
-                              after /run collect_files paths='["logs/"]'
+                              inputs left out come from the session: the evidence and
+                              pids it started from, and what earlier tools found
   /report                     the report as the rules see it now
   /playbook [NAME]            the playbooks, or one playbook's steps
   /save [PATH]                write the report and this transcript as markdown
   /help                       this list
   /quit                       leave (also Ctrl-D)
-Anything else is a question for the model (needs ANTHROPIC_API_KEY)."""
+Anything else is a question for the model (needs ANTHROPIC_API_KEY). Tab completes the
+commands, tool names and their inputs; arrow keys recall earlier lines."""
+QUIT = ("quit", "exit", "q")
 
 
 @dataclass
 class Turn:
+    """One entry of the transcript; `detail` is what a tool printed (its first lines)."""
+
     who: str
     text: str
+    detail: str = ""
+
+    def markdown(self) -> list[str]:
+        if self.who != "tool":
+            return [f"- **{self.who}:** " + self.text.replace("\n", "\n  ")]
+        if not self.detail:
+            return [f"- tool: `{self.text}`"]
+        fence = "`" * max([3, *(len(run) + 1 for run in re.findall("`+", self.detail))])
+        body = [f"  {line}" for line in self.detail.splitlines()]
+        return [f"- tool: `{self.text}`", "", f"  {fence}text", *body, f"  {fence}"]
+
+
+def transcript_markdown(turns: list[Turn]) -> str:
+    """The conversation as the incident ticket shows it: each question and answer, each
+    tool run with the lines it printed."""
+    return "\n".join(["## Transcript", "", *(line for turn in turns for line in turn.markdown())])
 
 
 class ChatSession:
@@ -78,8 +99,9 @@ class ChatSession:
         self.config = config
         self.registry = registry
         self.playbooks = load_playbooks(plugin_dirs)
-        self.context: dict[str, Any] = {k: v for k, v in report.targets.items() if v}
-        self.toolbox = ToolBox(registry, config, scope=list(report.targets.get("paths") or []))
+        self.context = opening_context(report)
+        self.evidence: list[str] = list(report.targets.get("paths") or [])
+        self.toolbox = ToolBox(registry, config, scope=list(self.evidence))
         self.transcript: list[Turn] = []
         self.messages: list[Block] = []
         self.pending: list[str] = []  # evidence the person gathered, for the model's next turn
@@ -92,6 +114,11 @@ class ChatSession:
         and long lines are left to the terminal to wrap, so they copy as one line."""
         self.console.print(text, style=style, markup=False, highlight=False, soft_wrap=True)
 
+    def answer(self, text: str, style: str | None = None) -> None:
+        """Say something the transcript must keep: an answer, or why there is none."""
+        self.say(text, style)
+        self.transcript.append(Turn("triage", text))
+
     def handle(self, line: str) -> bool:
         """Act on one input line; False when the person asked to leave."""
         line = line.strip()
@@ -102,22 +129,45 @@ class ChatSession:
             self.ask(line)
             return True
         command, _, rest = line[1:].partition(" ")
-        if command in ("quit", "exit", "q"):
+        if command in QUIT:
             return False
-        actions: dict[str, Callable[[], None]] = {
-            "help": lambda: self.say(HELP),
-            "tools": self.list_tools,
-            "run": lambda: self.run_tool(rest),
-            "report": lambda: print_report(self.current(), self.console),
-            "playbook": lambda: self.show_playbook(rest.strip()),
-            "save": lambda: self.save(rest.strip()),
-        }
-        action = actions.get(command)
+        action = self.commands().get(command)
         if action is None:
-            self.say(f"unknown command /{command}; /help lists them", "yellow")
+            self.answer(f"unknown command /{command}; /help lists them", "yellow")
         else:
-            action()
+            action(rest.strip())
         return True
+
+    def commands(self) -> dict[str, Callable[[str], None]]:
+        """Each slash command, given the rest of its line."""
+        return {
+            "help": lambda _: self.say(HELP),
+            "tools": lambda _: self.list_tools(),
+            "run": self.run_tool,
+            "report": lambda _: print_report(self.current(), self.console),
+            "playbook": self.show_playbook,
+            "save": self.save,
+        }
+
+    def complete(self, before: str, word: str) -> list[str]:
+        """What Tab may make of `word`, given the words `before` it on the line."""
+        return [option for option in self.options(before.split()) if option.startswith(word)]
+
+    def options(self, words: list[str]) -> list[str]:
+        """A command first; after /run a tool's name, then its inputs; after /playbook a
+        playbook's name."""
+        if not words:
+            return [f"/{name} " for name in [*self.commands(), QUIT[0]]]
+        if words == ["/playbook"]:
+            return [f"{name} " for name in self.playbooks]
+        if words == ["/run"]:
+            return [f"{spec.name} " for spec in self.registry.all()]
+        if words[0] != "/run":
+            return []
+        try:
+            return [f"{name}=" for name in sorted(self.registry.get(words[1]).parameter_names())]
+        except KeyError:  # no such tool: nothing to offer
+            return []
 
     def list_tools(self) -> None:
         for spec in self.registry.all():
@@ -127,18 +177,22 @@ class ChatSession:
             self.say(f"    {spec.description.split('. ')[0]}")
 
     def run_tool(self, rest: str) -> None:
-        name, _, raw = rest.strip().partition(" ")
+        """Run a tool with the inputs typed, the rest filled from the session."""
+        name, _, raw = rest.partition(" ")
         if not name:
-            self.say("usage: /run NAME key=value ...  (see /tools)", "yellow")
+            self.answer("usage: /run NAME key=value ...  (see /tools)", "yellow")
             return
         try:
-            params = parse_params(raw)
+            typed = parse_params(raw)
             spec = self.registry.get(name)
         except (ValueError, KeyError) as exc:
-            self.say(f"/run: {exc.args[0] if exc.args else exc}", "yellow")
+            self.answer(f"/run: {exc.args[0] if exc.args else exc}", "yellow")
             return
-        known = spec.parameter_names()
-        params = {k: v for k, v in self.context.items() if k in known} | params
+        params = tool_inputs(spec, typed, self.context, self.evidence)
+        missing = missing_inputs(spec, params)
+        if missing is not None:
+            self.answer(f"/run: {missing}", "yellow")
+            return
         self.toolbox.widen([p for k, v in params.items() if is_path_param(k) for p in _paths(v)])
         run = self.registry.run(name, params)
         self.context.update(run.context)
@@ -148,15 +202,20 @@ class ChatSession:
         self.pending.append(prompt.evidence(f"tool {name}, run by the person on call", shown))
 
     def show_run(self, name: str, run: ToolRun) -> None:
+        """The run's status, its first lines and what it could not see, on screen and in
+        the transcript alike."""
         result = run.result
         line = f"{name}: {result.status.value}, {len(run.evidence)} evidence, {len(run.gaps)} gaps"
-        self.say(line + (f" ({result.error})" if result.error else ""), "cyan")
-        self.transcript.append(Turn("tool", line))
+        line += f" ({result.error})" if result.error else ""
+        self.say(line, "cyan")
         shown = result.output.splitlines()
-        for text in shown[:SHOWN_LINES]:
-            self.say(f"  {text}", "dim")
+        if result.status is not ToolStatus.error:  # a failed run's one gap is its error
+            shown += [f"gap: {gap.source}: {gap.reason}" for gap in run.gaps]
         if len(shown) > SHOWN_LINES:
-            self.say(f"  ... {len(shown) - SHOWN_LINES} more lines (/report)", "dim")
+            shown = [*shown[:SHOWN_LINES], f"... {len(shown) - SHOWN_LINES} more lines (/report)"]
+        for text in shown:
+            self.say(f"  {text}", "dim")
+        self.transcript.append(Turn("tool", line, "\n".join(shown)))
 
     def absorb(self, run: ToolRun) -> None:
         """New evidence into the report, and the rules decide again over all of it. A call
@@ -180,17 +239,18 @@ class ChatSession:
         return self.report.model_copy(update={"llm": self.usage if self.usage.steps else None})
 
     def save(self, target: str) -> None:
+        """The report and the transcript for the incident ticket, one file per format."""
         path = Path(target or time.strftime("triage-chat-%Y%m%d-%H%M%S.md")).expanduser()
-        lines = [render_markdown(self.current()), "## Transcript", ""]
-        for turn in self.transcript:
-            if turn.who == "tool":
-                lines.append(f"- tool: `{turn.text}`")
-            else:
-                quoted = turn.text.replace("\n", "\n  ")
-                lines.append(f"- **{turn.who}:** {quoted}")
+        self.write(path, self.markdown())
+
+    def markdown(self) -> str:
+        return f"{render_markdown(self.current()).rstrip()}\n\n{transcript_markdown(self.transcript)}\n"
+
+    def write(self, path: Path, body: str) -> None:
+        """Write one saved file; never over an existing one, which may be someone's notes."""
         try:
-            with path.open("x", encoding="utf-8") as out:  # never overwrite a file
-                out.write("\n".join(lines) + "\n")
+            with path.open("x", encoding="utf-8") as out:
+                out.write(body)
         except OSError as exc:
             self.say(f"/save: cannot write {path}: {exc.strerror or exc}", "yellow")
             return
@@ -199,7 +259,9 @@ class ChatSession:
     def ask(self, question: str) -> None:
         """One model turn: it may call read-only tools before it answers."""
         if self.unavailable is not None:
-            self.say(f"No model ({self.unavailable}); use /tools, /run, /report, /playbook, /save.")
+            self.answer(
+                f"No model ({self.unavailable}); use /tools, /run, /report, /playbook, /save."
+            )
             return
         try:
             if self.client is None:
@@ -208,7 +270,7 @@ class ChatSession:
                 self.client = AnthropicClient(self.config)
             self.turn(self.client, question)
         except LlmError as exc:
-            self.say(f"model unavailable: {exc}; the commands still work (/help)", "yellow")
+            self.answer(f"model unavailable: {exc}; the commands still work (/help)", "yellow")
 
     def turn(self, client: MessagesClient, question: str) -> None:
         mark = len(self.messages)
@@ -222,7 +284,7 @@ class ChatSession:
         try:
             for step in range(1, self.config.max_steps + 1):
                 if self.usage.total_tokens >= self.config.token_budget:
-                    self.say(f"token budget of {self.config.token_budget} spent", "yellow")
+                    self.answer(f"token budget of {self.config.token_budget} spent", "yellow")
                     return
                 reply = client.create(
                     system=system,
@@ -234,8 +296,7 @@ class ChatSession:
                 account(self.usage, reply)
                 self.messages.append({"role": "assistant", "content": reply.content})
                 if reply.text():
-                    self.say(reply.text())
-                    self.transcript.append(Turn("triage", reply.text()))
+                    self.answer(reply.text())
                 if not reply.tool_uses():
                     break
                 self.user([self.call(block) for block in reply.tool_uses()])
@@ -275,58 +336,6 @@ class ChatSession:
         return self.playbooks.get(self.report.playbook, self.playbook)
 
 
-def parse_params(raw: str) -> dict[str, Any]:
-    """`key=value ...` or one JSON object, as `tools run` takes them. A value is JSON when
-    it reads as JSON (`paths=["a", "b"]`, spaces and all), else text up to the next space;
-    single quotes hold either."""
-    raw = raw.strip()
-    if raw.startswith("{"):
-        try:
-            whole = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"inputs are not valid JSON: {exc}") from exc
-        if not isinstance(whole, dict):
-            raise ValueError("inputs must be a JSON object")
-        return whole
-    params: dict[str, Any] = {}
-    pos = 0
-    while pos < len(raw):
-        key = _KEY.match(raw, pos)
-        if key is None:
-            raise ValueError(f"tool inputs are key=value, got {raw[pos:].split()[0]!r}")
-        params[key[1]], pos = _value(raw, key.end())
-        pos = len(raw) - len(raw[pos:].lstrip())
-    return params
-
-
-_KEY = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=")
-_JSON = json.JSONDecoder()
-
-
-def _value(raw: str, pos: int) -> tuple[Any, int]:
-    """The value starting at `pos`, and where it ends."""
-    if raw.startswith("'", pos):
-        end = raw.find("'", pos + 1)
-        if end < 0:
-            raise ValueError("a quoted value has no closing quote")
-        return _json_or_text(raw[pos + 1 : end]), end + 1
-    try:
-        value, end = _JSON.raw_decode(raw, pos)
-    except json.JSONDecodeError:
-        end = pos
-    if end > pos and (end == len(raw) or raw[end].isspace()):
-        return value, end
-    token = raw[pos:].split(maxsplit=1)[0] if raw[pos:].strip() else ""
-    return token, pos + len(token)
-
-
-def _json_or_text(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
 def _paths(value: Any) -> list[str]:
     if isinstance(value, str):
         return [value]
@@ -354,16 +363,14 @@ def run_chat(evidence: list[str], pids: list[int], model: str, plugin_dirs: list
         session.say(f"Ask about the report ({model}), or /help for the commands.", "bold")
     else:
         session.say(f"No model ({session.unavailable}): /help lists the commands.", "bold")
-    interactive = sys.stdin.isatty()
-    while True:
-        try:
-            line = input("triage> ") if interactive else sys.stdin.readline()
-        except (EOFError, KeyboardInterrupt):
-            break
-        if not interactive and not line:
-            break
-        try:
-            if not session.handle(line):
+    with line_reader(session.complete) as read:
+        while True:
+            try:
+                line = read()
+            except (EOFError, KeyboardInterrupt):
                 break
-        except KeyboardInterrupt:
-            session.say("(interrupted)", "yellow")
+            try:
+                if not session.handle(line):
+                    break
+            except KeyboardInterrupt:
+                session.say("(interrupted)", "yellow")
