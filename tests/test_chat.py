@@ -260,6 +260,8 @@ def test_the_saved_transcript_has_every_question_answer_and_run(
     assert re.search(r"- tool: `scan_logs: ok, .*`\n\n  ```text\n  1 files?: ", transcript)
     assert "- **triage:** /run: dump_stacks needs pids" in transcript
     assert "- **triage:** unknown command /nope" in transcript
+    page = saved.with_suffix(".html").read_text()  # the same, as one page for the ticket
+    assert "<h2>Transcript</h2>" in page and "why did rank 1 die?" in page
 
 
 def test_tab_completes_commands_tool_names_and_inputs() -> None:

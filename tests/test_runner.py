@@ -350,6 +350,8 @@ def test_crash_exit_code_and_culprit(env: dict[str, str], tmp_path: Path) -> Non
     assert top["location"]["line"] == FAILURES["peer_crash"].fault_line()
     assert report["targets"]["exit_code"] == 1 and report["targets"]["hung"] is False
     assert (out / "report.md").read_text().startswith("# triage")
+    page = (out / "report.html").read_text()
+    assert page.lower().startswith("<!doctype html>") and top["cause_id"] in page
 
 
 def _last_op(dump_path: Path) -> str:

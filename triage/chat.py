@@ -32,6 +32,7 @@ from triage.llm.toolbox import ToolBox, describe, is_path_param, with_cache_brea
 from triage.models import LlmRun, Report, ToolStatus
 from triage.playbooks import Playbook, load_playbooks, select_playbook, symptom_playbooks
 from triage.registry import REGISTRY, Registry, ToolRun
+from triage.render.html import render_html
 from triage.render.markdown import render_markdown
 from triage.render.terminal import print_report
 from triage.text import bound_text
@@ -242,6 +243,8 @@ class ChatSession:
         """The report and the transcript for the incident ticket, one file per format."""
         path = Path(target or time.strftime("triage-chat-%Y%m%d-%H%M%S.md")).expanduser()
         self.write(path, self.markdown())
+        transcript = transcript_markdown(self.transcript)
+        self.write(path.with_suffix(".html"), render_html(self.current(), transcript))
 
     def markdown(self) -> str:
         return f"{render_markdown(self.current()).rstrip()}\n\n{transcript_markdown(self.transcript)}\n"

@@ -39,6 +39,7 @@ from triage.job.watch import Outcome, watch
 from triage.models import Gap, Report
 from triage.playbooks import run_playbook
 from triage.render import render_json
+from triage.render.html import render_html
 from triage.render.markdown import render_markdown
 
 HANG_EXIT_CODE = 3
@@ -224,8 +225,11 @@ def _triage(
         report = follow(playbook, targets, by_symptom=by_symptom, notes=notes, gaps=gaps)
         (out / "report.json").write_text(render_json(report) + "\n", encoding="utf-8")
         (out / "report.md").write_text(render_markdown(report), encoding="utf-8")
+        (out / "report.html").write_text(render_html(report), encoding="utf-8")
         show(report)
-        _say(f"report written to {out / 'report.md'} and {out / 'report.json'}")
+        _say(
+            f"report written to {out / 'report.md'}, {out / 'report.html'} and {out / 'report.json'}"
+        )
     except Exception as exc:  # the evidence is on disk; the report is what failed
         first = f"{type(exc).__name__}: {exc}".splitlines()[0]
         _say(f"error: triage failed ({first}); the job's logs and dumps are kept in {out}")
