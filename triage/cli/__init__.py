@@ -7,6 +7,7 @@ imports torch or an LLM SDK. Reports go to stdout; diagnostics go to stderr.
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -84,17 +85,34 @@ app.add_typer(rules_app, name="rules")
 app.add_typer(skill_app, name="skill")
 
 
+class Terminated(BaseException):
+    """TERM or HUP: unwinds like Ctrl-C, so temporary files are removed on the way out
+    (a BaseException: no `except Exception` that guards a rule or a tool swallows it)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated(signum)
+
+
 def main() -> None:
     """Entry point: user-facing failures are one line and a non-zero exit, never a traceback."""
     # pydantic scans every installed distribution for plugins on first use (~80 ms with
     # torch installed); the CLI uses none, and start-up time is what on-call waits for.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    for signum in (signal.SIGTERM, signal.SIGHUP):  # `triage run` sets its own: it forwards
+        signal.signal(signum, _terminate)
     try:
         app(prog_name="triage")
     except TriageError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
         fail("interrupted", 130)
+    except Terminated as exc:
+        fail(f"terminated ({exc})", 128 + exc.signum)
     except Exception as exc:  # the last line of defence: no traceback for users
         if os.environ.get("TRIAGE_DEBUG"):
             raise
