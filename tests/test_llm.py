@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import socket
 import subprocess
 import sys
 import warnings
@@ -101,11 +102,17 @@ def read_files(paths: list[str]) -> ToolOutput:
     return ToolOutput(evidence=[Evidence(id="files", kind="f", source="t", summary="read")])
 
 
+def stacks(pids: list[int], launcher_pid: int | None = None) -> ToolOutput:
+    """Dump stacks."""
+    calls.append(f"stacks {pids} {launcher_pid}")
+    return ToolOutput(evidence=[Evidence(id="stacks", kind="f", source="t", summary="dumped")])
+
+
 @pytest.fixture
 def registry() -> Registry:
     calls.clear()
     reg = Registry()
-    for func in (echo, flood, read_files):
+    for func in (echo, flood, read_files, stacks):
         reg.register(func, func.__name__, func.__doc__ or "")
     reg.register(kill_rank, "kill_rank", "Kill a rank.", read_only=False)
     return reg
@@ -437,7 +444,7 @@ def test_only_read_only_tools_are_offered_and_inputs_stay_inside_the_evidence(
     )
     report = run_loop(tmp_path, registry)
     offered = [t["name"] for t in messages_api.requests[0]["tools"]]
-    assert offered == ["echo", "flood", "read_files", SUBMIT]
+    assert offered == ["echo", "flood", "read_files", "stacks", SUBMIT]
     assert calls == [f"read {[str(inside)]}"]
     kill, netrc, escape, ok = tool_results(messages_api.requests[1])
     assert kill["is_error"] and "not one of the read-only tools" in kill["content"]
@@ -446,6 +453,38 @@ def test_only_read_only_tools_are_offered_and_inputs_stay_inside_the_evidence(
     assert not ok.get("is_error")
     assert report.llm is not None
     assert [c.status for c in report.llm.tool_calls] == ["refused", "refused", "refused", "ok"]
+
+
+def test_only_the_jobs_processes_may_be_touched(
+    messages_api: FakeMessagesApi, registry: Registry, tmp_path: Path
+) -> None:
+    """Pids the user named and the peers triage found on this host; not any process a log
+    line names."""
+    rules = rules_report(tmp_path)
+    rules.targets |= {"pids": [4101], "launcher_pid": 4100}
+    found = {"pid": 4102, "host": socket.gethostname(), "rank": 1}
+    elsewhere = {"pid": 4103, "host": "other-node", "rank": 2}
+    rules.evidence += [
+        Evidence(
+            id="process:rank1", kind="process", source="pid:4102", summary="rank 1", data=found
+        ),
+        Evidence(id="process:rank2", kind="process", source="b", summary="rank 2", data=elsewhere),
+    ]
+    messages_api.script(
+        message(
+            tool_use("stacks", {"pids": [1]}),
+            tool_use("stacks", {"pids": [4101, 4103]}),
+            tool_use("stacks", {"pids": 4102, "launcher_pid": 4100}),
+        ),
+        message(submit(hypothesis("hang.rank_exited"))),
+    )
+    settings = LlmConfig()
+    refine(rules, None, settings, AnthropicClient(settings), registry)
+    stranger, other_host, ok = tool_results(messages_api.requests[1])
+    assert stranger["is_error"] and "pid 1 is not one of the job's processes" in stranger["content"]
+    assert other_host["is_error"] and "pid 4103" in other_host["content"]
+    assert not ok.get("is_error")
+    assert calls == ["stacks [4102] 4100"]
 
 
 def test_the_last_step_offers_only_submit_report(
@@ -458,7 +497,7 @@ def test_the_last_step_offers_only_submit_report(
     )
     report = run_loop(tmp_path, registry, max_steps=3)
     requests = messages_api.requests
-    assert [len(r["tools"]) for r in requests] == [4, 4, 1]
+    assert [len(r["tools"]) for r in requests] == [5, 5, 1]
     assert requests[2]["tools"][0]["name"] == SUBMIT
     assert requests[2]["tool_choice"] == {"type": "tool", "name": SUBMIT}
     assert report.llm is not None and report.llm.outcome == "report"
@@ -493,7 +532,7 @@ def test_a_nearly_spent_budget_makes_the_next_request_the_last(
         message(submit(hypothesis("hang.rank_exited"))),
     )
     report = run_loop(tmp_path, registry, token_budget=1500)
-    assert [len(r["tools"]) for r in messages_api.requests] == [4, 1]
+    assert [len(r["tools"]) for r in messages_api.requests] == [5, 1]
     assert report.llm is not None and report.llm.outcome == "report"
 
 

@@ -28,7 +28,16 @@ from triage.llm.client import LlmError, MessagesClient
 from triage.llm.config import LlmConfig, unavailable_reason
 from triage.llm.loop import AUTO, account
 from triage.llm.merge import add_runs
-from triage.llm.toolbox import ToolBox, describe, is_path_param, with_cache_breakpoint
+from triage.llm.toolbox import (
+    ToolBox,
+    describe,
+    is_path_param,
+    is_pid_param,
+    job_pids,
+    path_values,
+    pid_values,
+    with_cache_breakpoint,
+)
 from triage.models import LlmRun, Report, ToolStatus
 from triage.playbooks import Playbook, load_playbooks, select_playbook, symptom_playbooks
 from triage.registry import REGISTRY, Registry, ToolRun
@@ -102,7 +111,7 @@ class ChatSession:
         self.playbooks = load_playbooks(plugin_dirs)
         self.context = opening_context(report)
         self.evidence: list[str] = list(report.targets.get("paths") or [])
-        self.toolbox = ToolBox(registry, config, scope=list(self.evidence))
+        self.toolbox = ToolBox(registry, config, scope=list(self.evidence), pids=job_pids(report))
         self.transcript: list[Turn] = []
         self.messages: list[Block] = []
         self.pending: list[str] = []  # evidence the person gathered, for the model's next turn
@@ -194,7 +203,10 @@ class ChatSession:
         if missing is not None:
             self.answer(f"/run: {missing}", "yellow")
             return
-        self.toolbox.widen([p for k, v in params.items() if is_path_param(k) for p in _paths(v)])
+        self.toolbox.widen(
+            [p for k, v in params.items() if is_path_param(k) for p in path_values(v)],
+            [p for k, v in params.items() if is_pid_param(k) for p in pid_values(v)],
+        )
         run = self.registry.run(name, params)
         self.context.update(run.context)
         self.absorb(run)
@@ -337,12 +349,6 @@ class ChatSession:
 
     def playbook_for_model(self) -> Playbook:
         return self.playbooks.get(self.report.playbook, self.playbook)
-
-
-def _paths(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
 
 def start(evidence: list[str], pids: list[int], plugin_dirs: list[Path]) -> tuple[Report, Playbook]:

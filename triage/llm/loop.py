@@ -29,7 +29,7 @@ from triage.llm.merge import (
     submit_tool,
     validate,
 )
-from triage.llm.toolbox import ToolBox, tool_result, with_cache_breakpoint
+from triage.llm.toolbox import ToolBox, job_pids, tool_result, with_cache_breakpoint
 from triage.models import LlmRun, Report
 from triage.playbooks import Playbook
 from triage.registry import REGISTRY, Registry
@@ -76,7 +76,9 @@ class _Pass:
         self.rules = rules
         self.config = config
         self.client = client
-        self.toolbox = ToolBox(registry, config, scope=list(rules.targets.get("paths") or []))
+        self.toolbox = ToolBox(
+            registry, config, scope=list(rules.targets.get("paths") or []), pids=job_pids(rules)
+        )
         self.run = LlmRun(model=client.model, outcome="fallback: not started")
         self.system = prompt.system_blocks(prompt.REPORT_TASK, playbook)
         self.tools = with_cache_breakpoint([*self.toolbox.definitions(), submit_tool()])

@@ -3,7 +3,9 @@
 Only tools registered as read-only are offered, and any other name is refused. A call
 identical to an earlier one is refused (a model that loops costs tokens, not time).
 File inputs must lie inside the evidence the user gave triage: a log line that talks a
-model into reading ~/.netrc finds the call refused. Each result the model sees is bounded
+model into reading ~/.netrc finds the call refused. Pid inputs must be the job's processes:
+those the user named and the peers triage found from them on this host, never another
+process whose stack or environment the model was talked into reading. Each result the model sees is bounded
 (head and tail kept, the middle counted) and wrapped as evidence; every call, refused
 ones included, is recorded for the report.
 """
@@ -11,12 +13,15 @@ ones included, is recorded for the report.
 from __future__ import annotations
 
 import json
+import socket
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from triage.llm.config import LlmConfig
 from triage.llm.prompt import CACHE, evidence
-from triage.models import Evidence, LlmToolCall
+from triage.models import Evidence, LlmToolCall, Report
+from triage.observations import RankProcess
 from triage.registry import Registry, ToolRun, ToolSpec
 from triage.text import bound_text
 
@@ -30,7 +35,31 @@ def is_path_param(name: str) -> bool:
     return name == "paths" or name.endswith(PATH_SUFFIXES)
 
 
-def _path_values(value: Any) -> list[str]:
+def is_pid_param(name: str) -> bool:
+    """Inputs that name processes: `pids`, `launcher_pid`, ..."""
+    return name == "pids" or name.endswith(("_pid", "_pids"))
+
+
+def job_pids(report: Report) -> list[int]:
+    """The processes a model may touch: the ones the user named, and the job's processes
+    on this host that triage found from them (a collection's pids are another host's)."""
+    named = [*(report.targets.get("pids") or []), report.targets.get("launcher_pid")]
+    host = socket.gethostname()
+    found = [
+        e.data.get("pid")
+        for e in report.evidence
+        if e.kind == RankProcess.EVIDENCE_KIND and e.data.get("host") == host
+    ]
+    return [pid for pid in [*named, *found] if isinstance(pid, int)]
+
+
+def pid_values(value: Any) -> list[Any]:
+    """The pids an input holds: one, or a list of them."""
+    return value if isinstance(value, list) else [value]
+
+
+def path_values(value: Any) -> list[str]:
+    """The paths an input holds: one, or a list of them."""
     if isinstance(value, str):
         return [value]
     if isinstance(value, list):
@@ -56,10 +85,13 @@ def tool_result(block: Block, text: str, is_error: bool = False) -> Block:
 
 
 class ToolBox:
-    def __init__(self, registry: Registry, config: LlmConfig, scope: list[str]) -> None:
+    def __init__(
+        self, registry: Registry, config: LlmConfig, scope: list[str], pids: list[int]
+    ) -> None:
         self.registry = registry
         self.config = config
         self.specs = {spec.name: spec for spec in registry.all() if spec.read_only}
+        self.pids = set(pids)
         self.roots: list[Path] = []
         self.calls: list[LlmToolCall] = []
         self.runs: list[ToolRun] = []
@@ -67,8 +99,10 @@ class ToolBox:
         self._seen: set[str] = set()
         self.widen(scope)
 
-    def widen(self, paths: list[str]) -> None:
-        """Let later calls read under these paths too (a person named them)."""
+    def widen(self, paths: Iterable[str], pids: Iterable[int] = ()) -> None:
+        """Let later calls read under these paths and these processes too (a person named
+        them)."""
+        self.pids.update(pids)
         for path in paths:
             root = Path(path).expanduser().resolve()
             if root not in self.roots:
@@ -110,9 +144,16 @@ class ToolBox:
         if _key(name, params) in self._seen:
             return "this exact call was already made and its result is above; change the inputs or move on"
         for param, value in params.items():
+            if is_pid_param(param):
+                strangers = [pid for pid in pid_values(value) if pid not in self.pids]
+                if strangers:
+                    return (
+                        f"pid {strangers[0]} is not one of the job's processes the user named"
+                        " (or their peers)"
+                    )
             if not is_path_param(param):
                 continue
-            for path in _path_values(value):
+            for path in path_values(value):
                 resolved = Path(path).expanduser().resolve()
                 if not any(resolved.is_relative_to(root) for root in self.roots):
                     return f"{path!r} is outside the evidence given to triage"
