@@ -40,6 +40,7 @@ from triage.llm.toolbox import (
 )
 from triage.models import LlmRun, Report, ToolStatus
 from triage.playbooks import Playbook, load_playbooks, select_playbook, symptom_playbooks
+from triage.printable import printable_text
 from triage.registry import REGISTRY, Registry, ToolRun
 from triage.render.html import render_html
 from triage.render.markdown import render_markdown
@@ -265,7 +266,7 @@ class ChatSession:
         """Write one saved file; never over an existing one, which may be someone's notes."""
         try:
             with path.open("x", encoding="utf-8") as out:
-                out.write(body)
+                out.write(printable_text(body))
         except OSError as exc:
             self.say(f"/save: cannot write {path}: {exc.strerror or exc}", "yellow")
             return

@@ -6,8 +6,10 @@ imports torch or an LLM SDK. Reports go to stdout; diagnostics go to stderr.
 
 from __future__ import annotations
 
+import io
 import os
 import signal
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -103,6 +105,9 @@ def main() -> None:
     # pydantic scans every installed distribution for plugins on first use (~80 ms with
     # torch installed); the CLI uses none, and start-up time is what on-call waits for.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    for stream in (sys.stdout, sys.stderr):  # a file name that is not UTF-8 prints as \udcff
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
     for signum in (signal.SIGTERM, signal.SIGHUP):  # `triage run` sets its own: it forwards
         signal.signal(signum, _terminate)
     try:

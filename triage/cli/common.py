@@ -6,11 +6,12 @@ from __future__ import annotations
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn, TextIO, cast
 
 import typer
 
 from triage.errors import TriageError
+from triage.printable import PrintableStream, printable_text
 
 if TYPE_CHECKING:
     from triage.models import Report
@@ -61,17 +62,19 @@ def emit(report: Report, fmt: Format) -> None:
     elif fmt is Format.markdown:
         from triage.render.markdown import render_markdown
 
-        sys.stdout.write(render_markdown(report))
+        sys.stdout.write(printable_text(render_markdown(report)))
     elif fmt is Format.html:
         from triage.render.html import render_html
 
-        sys.stdout.write(render_html(report))
+        sys.stdout.write(printable_text(render_html(report)))
     else:
         from rich.console import Console
 
         from triage.render.terminal import print_report
 
-        print_report(report, Console(width=min(Console().width, 120)))
+        width = min(Console().width, 120)
+        stream = cast(TextIO, PrintableStream(sys.stdout))  # a stream by its methods
+        print_report(report, Console(file=stream, width=width))
 
 
 LlmOpt = Annotated[

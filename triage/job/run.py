@@ -38,6 +38,7 @@ from triage.job.probe_signal import request_snapshots
 from triage.job.watch import Outcome, watch
 from triage.models import Gap, Report
 from triage.playbooks import run_playbook
+from triage.printable import printable_text
 from triage.render import render_json
 from triage.render.html import render_html
 from triage.render.markdown import render_markdown
@@ -224,8 +225,8 @@ def _triage(
         playbook, by_symptom = run_playbook(hung, options.plugin_dirs)
         report = follow(playbook, targets, by_symptom=by_symptom, notes=notes, gaps=gaps)
         (out / "report.json").write_text(render_json(report) + "\n", encoding="utf-8")
-        (out / "report.md").write_text(render_markdown(report), encoding="utf-8")
-        (out / "report.html").write_text(render_html(report), encoding="utf-8")
+        (out / "report.md").write_text(printable_text(render_markdown(report)), encoding="utf-8")
+        (out / "report.html").write_text(printable_text(render_html(report)), encoding="utf-8")
         show(report)
         _say(
             f"report written to {out / 'report.md'}, {out / 'report.html'} and {out / 'report.json'}"
