@@ -31,17 +31,15 @@ from triage.llm.merge import add_runs
 from triage.llm.toolbox import (
     ToolBox,
     describe,
-    is_path_param,
     is_pid_param,
     job_pids,
-    path_values,
     pid_values,
     with_cache_breakpoint,
 )
 from triage.models import LlmRun, Report, ToolStatus
 from triage.playbooks import Playbook, load_playbooks, select_playbook, symptom_playbooks
 from triage.printable import printable_text
-from triage.registry import REGISTRY, Registry, ToolRun
+from triage.registry import REGISTRY, Registry, ToolRun, is_path_param, path_values
 from triage.render.html import render_html
 from triage.render.markdown import render_markdown
 from triage.render.terminal import print_report
@@ -290,6 +288,7 @@ class ChatSession:
 
     def turn(self, client: MessagesClient, question: str) -> None:
         mark = len(self.messages)
+        self.toolbox.deadline_at = time.monotonic() + self.config.deadline_s
         trailing = (
             self.messages[-1] if self.messages and self.messages[-1]["role"] == "user" else None
         )

@@ -14,10 +14,9 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from triage.llm.toolbox import is_path_param
 from triage.models import Report, ToolStatus
 from triage.readers.files import regular_files
-from triage.registry import ToolSpec
+from triage.registry import ToolSpec, is_path_param
 
 MAX_FILES = 10_000  # files under the evidence folders given to a `*_files` input
 

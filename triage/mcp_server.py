@@ -35,6 +35,8 @@ from triage.render import confidence_label
 from triage.text import bound_text, format_ranks
 
 REPORT_TOOL = "triage_report"
+#: A tool call over MCP that has not answered by then comes back as an error.
+CALL_DEADLINE_S = 300.0
 
 INSTRUCTIONS = (
     "Root-cause triage for failed, hung or diverging distributed PyTorch jobs. Start with"
@@ -151,7 +153,7 @@ def build_server(plugin_dirs: list[Path] | None = None) -> Server[Any]:
 
 def tool_result(name: str, arguments: dict[str, Any]) -> types.CallToolResult:
     """Run a registry tool (which never raises) and shape its run for the client."""
-    run = REGISTRY.run(name, arguments)
+    run = REGISTRY.run(name, arguments, CALL_DEADLINE_S)
     if run.result.status is ToolStatus.error:
         return error_result(run.result.error or f"{name} failed")
     output = ToolCallOutput(

@@ -12,7 +12,10 @@ import functools
 import gc
 import importlib
 import inspect
+import os
 import re
+import stat
+import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -27,6 +30,39 @@ from triage.models import Evidence, Finding, Gap, ToolResult, ToolStatus
 from triage.observations.payload import Payload
 from triage.taxonomy import is_cause
 from triage.text import bound_text
+
+PATH_SUFFIXES = ("_files", "_file", "_dir", "_path", "_paths")
+
+
+def is_path_param(name: str) -> bool:
+    """Inputs that name files or folders, by the registry's naming convention."""
+    return name == "paths" or name.endswith(PATH_SUFFIXES)
+
+
+def path_values(value: Any) -> list[str]:
+    """The paths an input holds: one, or a list of them."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [v for v in value if isinstance(v, str)]
+    return []
+
+
+def not_a_file(params: dict[str, Any]) -> str | None:
+    """Why a path input cannot be read: a FIFO, a device or a socket blocks or never ends
+    (`/dev/zero`, NCCL's dump pipe). Files and folders pass; a missing path is the tool's
+    to explain."""
+    for name, value in params.items():
+        if not is_path_param(name):
+            continue
+        for path in path_values(value):
+            try:
+                mode = os.stat(path).st_mode
+            except (OSError, ValueError):
+                continue
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                return f"{path} is not a regular file (a FIFO, a device or a socket): not read"
+    return None
 
 
 def validation_reason(exc: ValidationError) -> str:
@@ -198,9 +234,32 @@ class Registry:
             self._resolve(name)
         return sorted(self._tools.values(), key=lambda spec: spec.name)
 
-    def run(self, name: str, params: dict[str, Any]) -> ToolRun:
-        """Call a tool; every failure comes back as a result with status `error`."""
+    def run(self, name: str, params: dict[str, Any], deadline_s: float | None = None) -> ToolRun:
+        """Call a tool; every failure comes back as a result with status `error`. With a
+        deadline, a call still running then is abandoned (its thread is a daemon: it blocks
+        nothing, not even the exit) and comes back as an error."""
+        if deadline_s is None:
+            return self._call(name, params)
         started = time.perf_counter()
+        done: list[ToolRun] = []
+        worker = threading.Thread(
+            target=lambda: done.append(self._call(name, params)),
+            name=f"triage-tool-{name}",
+            daemon=True,
+        )
+        worker.start()
+        worker.join(deadline_s)
+        if done:
+            return done[0]
+        reason = f"did not finish in {deadline_s:g} s"
+        hint = "an input that never ends (a pipe, a device) or a process that does not answer"
+        return _failed(name, params, started, reason, hint)
+
+    def _call(self, name: str, params: dict[str, Any]) -> ToolRun:
+        started = time.perf_counter()
+        refused = not_a_file(params)
+        if refused is not None:
+            return _failed(name, params, started, refused, "give regular files or folders")
         try:
             spec = self.get(name)
             arguments = spec.input_model.model_validate(params)

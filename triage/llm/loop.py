@@ -135,6 +135,7 @@ def refine(
     """The rules' report reviewed by the model, or the rules' report with a note."""
     state = _Pass(rules, playbook, config, client, registry)
     run, started = state.run, time.monotonic()
+    state.toolbox.deadline_at = started + config.deadline_s
     forced, repaired, last_input = False, False, 0
     try:
         for step in range(1, config.max_steps + 2):  # + 1: room for the repair round

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -22,17 +23,11 @@ from triage.llm.config import LlmConfig
 from triage.llm.prompt import CACHE, evidence
 from triage.models import Evidence, LlmToolCall, Report
 from triage.observations import RankProcess
-from triage.registry import Registry, ToolRun, ToolSpec
+from triage.registry import Registry, ToolRun, ToolSpec, is_path_param, path_values
 from triage.text import bound_text
 
 Block = dict[str, Any]
 EXCERPT_CHARS = 600
-PATH_SUFFIXES = ("_files", "_file", "_dir", "_path", "_paths")
-
-
-def is_path_param(name: str) -> bool:
-    """Inputs that name files or folders, by the registry's naming convention."""
-    return name == "paths" or name.endswith(PATH_SUFFIXES)
 
 
 def is_pid_param(name: str) -> bool:
@@ -56,15 +51,6 @@ def job_pids(report: Report) -> list[int]:
 def pid_values(value: Any) -> list[Any]:
     """The pids an input holds: one, or a list of them."""
     return value if isinstance(value, list) else [value]
-
-
-def path_values(value: Any) -> list[str]:
-    """The paths an input holds: one, or a list of them."""
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, list):
-        return [v for v in value if isinstance(v, str)]
-    return []
 
 
 def definition(spec: ToolSpec) -> Block:
@@ -92,6 +78,8 @@ class ToolBox:
         self.config = config
         self.specs = {spec.name: spec for spec in registry.all() if spec.read_only}
         self.pids = set(pids)
+        #: When the pass ends (time.monotonic()); a tool call may not outlive it.
+        self.deadline_at = time.monotonic() + config.deadline_s
         self.roots: list[Path] = []
         self.calls: list[LlmToolCall] = []
         self.runs: list[ToolRun] = []
@@ -120,7 +108,7 @@ class ToolBox:
         if refusal:
             return self._refuse(block, name, params, refusal), None
         self._seen.add(_key(name, params))
-        run = self.registry.run(name, params)
+        run = self.registry.run(name, params, max(self.deadline_at - time.monotonic(), 1.0))
         self.runs.append(run)
         for item in run.evidence:
             self.evidence.setdefault(item.id, item)
