@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench readme clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ bench: $(STAMP)
 	-$(BIN)/python bench/hang_latency.py
 	-$(BIN)/python bench/log_scan.py
 	$(BIN)/python bench/eval_cases.py
+
+# README's example output, from a real run of the demo (tests/test_readme_example.py checks it).
+readme: $(STAMP)
+	TRIAGE_UPDATE_README=1 $(BIN)/python -m pytest -q tests/test_readme_example.py
 
 clean:
 	rm -rf $(VENV) build dist

@@ -1,11 +1,12 @@
-"""How long `triage hang` takes on a live 8-rank hang, against a sequential py-spy loop.
+"""How long `triage hang` takes on a live hang, against a sequential py-spy loop.
 
 The baseline is what a person types first: `for p in PIDS; do py-spy dump --pid $p; done`.
 Both run in this process's run on the same hung job; the ratio is what matters.
-Target: triage at most 3x the baseline (ranks are dumped in parallel; the CLI path
-imports nothing heavy).
+Target: triage at most 1.2x the baseline at 32 ranks (the dumps start before the CLI is
+imported and run in parallel; the environment is read while the stacks are parsed).
+On a 2-core host the floor is start-up plus about half the loop.
 
-    python bench/hang_latency.py [--ranks 8] [--repeat 7] [--scenario mismatched_collective]
+    python bench/hang_latency.py [--ranks 32] [--repeat 7] [--scenario mismatched_collective]
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from triage.scenarios import RankJob, py_spy_path
 
-TARGET_RATIO = 3.0
+TARGET_RATIO = 1.2
 
 
 def timed(cmd: list[str]) -> tuple[float, subprocess.CompletedProcess[str]]:
@@ -38,7 +39,7 @@ def sequential_py_spy(pids: list[int]) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ranks", type=int, default=8)
+    parser.add_argument("--ranks", type=int, default=32)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--scenario", default="mismatched_collective")
     args = parser.parse_args()

@@ -16,6 +16,7 @@ from triage.engine import follow
 from triage.models import Finding, Report
 from triage.playbooks import load_playbooks, symptom_playbooks
 from triage.plugins import load_all
+from triage.taxonomy import canonical_symptom
 
 REPO = Path(__file__).resolve().parent.parent
 load_all()
@@ -54,7 +55,7 @@ def analyze_files(tmp_path: Path, files: dict[str, str], symptom: str | None = N
     targets = {"paths": [str(tmp_path)], "pids": []}
     if symptom is None:
         return follow(playbooks["analyze"], targets, by_symptom=by_symptom)
-    return follow(by_symptom[symptom], targets)
+    return follow(by_symptom[canonical_symptom(symptom)], targets)
 
 
 def hypothesis(report: Report, cause: str) -> Finding:

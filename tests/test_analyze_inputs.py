@@ -199,10 +199,15 @@ def test_log_without_a_known_signature_says_what_to_collect(tmp_path: Path) -> N
 
 def test_missing_path_is_one_clear_line(tmp_path: Path) -> None:
     missing = tmp_path / "no" / "such.log"
-    code, report, stderr = analyze(str(missing))
-    assert code != 0
-    assert any(g["source"] == str(missing) for g in report["gaps"])
-    assert str(missing) in stderr or "no such file" in stderr, stderr
+    done = subprocess.run(
+        triage_cli("analyze", str(missing), "--json"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == f"triage: error: analyze: no such file or folder: {missing}\n"
 
 
 def test_stdin(tmp_path: Path) -> None:

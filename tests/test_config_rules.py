@@ -669,7 +669,7 @@ def test_ddp_unused_parameters_named_per_rank(tmp_path: Path) -> None:
     verdict = top(analyze_files(tmp_path, {"console.log": text}))
     assert verdict.cause_id == "wrong.unused_parameters"
     assert verdict.ranks == [0, 1]
-    assert "unused.bias, unused.weight on rank 0-1" in verdict.summary
+    assert "unused.bias, unused.weight on ranks 0-1" in verdict.summary
     assert verdict.location is not None and verdict.location.line == 15
     assert "find_unused_parameters=True" in verdict.fix
 

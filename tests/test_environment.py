@@ -198,7 +198,7 @@ def test_misconfigured_job_through_the_config_playbook(spawn: Spawn) -> None:
     assert "MASTER_PORT" in by_cause["config.env_missing"].title
     override = by_cause["comm.nccl_env_override"]
     assert override.ranks == [2] and override.confidence == 0.6
-    assert "NCCL_PROTO: Simple on rank 0-1; <unset> on rank 2." in override.summary
+    assert "NCCL_PROTO: Simple on ranks 0-1; <unset> on rank 2." in override.summary
     assert report.hypotheses[0].cause_id in (
         "config.world_size_mismatch",
         "config.device_assignment",
@@ -247,12 +247,21 @@ def test_gone_pids_are_gaps_or_an_error(spawn: Spawn) -> None:
     assert "does not exist" in (only_gone.result.error or "")
 
 
-def test_without_nvidia_smi_gpus_are_a_gap(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sys.modules["triage.readers.host_facts"].shutil, "which", lambda name: None)
+def test_without_nvidia_smi_gpus_are_a_gap_only_where_there_are_gpus(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    host_facts = sys.modules["triage.readers.host_facts"]
+    monkeypatch.setattr(host_facts.shutil, "which", lambda name: None)
+    monkeypatch.setattr(host_facts, "DEVICE_DIR", tmp_path)
+    (tmp_path / "nvidiactl").touch()  # the driver's control file is no GPU
+    cpu_only = REGISTRY.run("check_environment", {})
+    host = EnvironmentFacts.model_validate(cpu_only.evidence[0].data)
+    assert host.gpus is None and host.nvidia_devices == 0
+    assert not cpu_only.gaps and "no NVIDIA GPU" in cpu_only.evidence[0].summary
+    (tmp_path / "nvidia0").touch()
     run = REGISTRY.run("check_environment", {})
-    host = EnvironmentFacts.model_validate(run.evidence[0].data)
-    assert host.gpus is None
     assert [g.source for g in run.gaps] == ["nvidia-smi"]
+    assert "1 GPU here" in run.gaps[0].reason
     assert run.result.status.value == "ok"
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from triage.readers.log_prefilter import hit_lines
+from triage.readers.log_prefilter import scan_range
 from triage.readers.logscan import learn_ranks, scan_file
 
 ELASTIC_REPORT = """\
@@ -221,8 +221,10 @@ def test_colour_escapes_are_dropped_from_hit_lines(tmp_path: Path) -> None:
     log.write_text(
         "\x1b[32m[rank0]:RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\x1b[39m\n"
     )
-    lines, _, _ = hit_lines(log)
-    assert lines == [(1, "[rank0]:RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB")]
+    hits = scan_range(str(log), 0, log.stat().st_size).hits
+    assert hits == [
+        (1, "[rank0]:RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB", True)
+    ]
 
 
 def test_grep_output_keeps_the_nccl_prefix_of_each_line(tmp_path: Path) -> None:

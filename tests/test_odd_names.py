@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import triage_cli
-from tests.test_mcp import REPORT_TOOL, call, server  # noqa: F401  (the server fixture)
+from tests.test_mcp import call, server  # noqa: F401  (the server fixture)
+from triage.mcp_server import REPORT_TOOL
 
 NCCL_ERROR = (
     "[rank3]:torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/"

@@ -23,6 +23,7 @@ from triage.observations import EnvironmentFacts
 from triage.readers.environment import differing, select_interfaces, spread
 from triage.readers.host_facts import read_host, read_rank
 from triage.registry import ToolError, ToolOutput, tool
+from triage.text import plural
 
 ENVIRON_HINT = (
     "reading /proc/PID/environ needs the job's user or root (CAP_SYS_PTRACE in a container)"
@@ -128,7 +129,13 @@ def _host_evidence(f: EnvironmentFacts, ranks: list[EnvironmentFacts]) -> Eviden
             selected.append(f"{name}={spec} selects {', '.join(chosen) or 'nothing'}")
     ib = ", ".join(f"{p.device}:{p.port} {p.state}" for p in f.ib_ports) or "none"
     masters = ", ".join(f"{m.address}:{m.port} {m.status}" for m in f.masters)
-    gpus = "GPUs not listed (no nvidia-smi)" if f.gpus is None else f"{len(f.gpus)} GPUs"
+    gpus = (
+        plural(len(f.gpus), "GPU")
+        if f.gpus is not None
+        else "no NVIDIA GPU"
+        if f.nvidia_devices == 0
+        else "GPUs not listed (no nvidia-smi)"
+    )
     parts = [
         f"interfaces: {nics or 'none'}",
         *selected,

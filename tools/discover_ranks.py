@@ -18,6 +18,7 @@ from triage.models import Evidence, Gap
 from triage.observations import MissingRank, RankProcess, UnseenRanks
 from triage.readers.processes import (
     RUN_ID_PREFIX,
+    Launchers,
     covers_world,
     launcher_children,
     missing_ranks,
@@ -47,9 +48,10 @@ def discover_ranks(
         raise ToolError("no processes to inspect", "pass --pids PID... or --launcher-pid PID")
     processes: list[RankProcess] = []
     gaps: list[Gap] = []
+    launchers: Launchers = {}
     for pid in wanted:
         try:
-            processes.append(read_process(pid, host))
+            processes.append(read_process(pid, host, launchers))
         except psutil.NoSuchProcess:
             gaps.append(Gap(source=f"pid:{pid}", reason=f"pid {pid} does not exist (exited?)"))
         except psutil.AccessDenied:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import socket
 
-import psutil
-
 from triage.models import Evidence, Gap
 from triage.observations import RankActivity, RankState
 from triage.readers import pyspy
@@ -44,14 +42,6 @@ def _needs_locals(dump: pyspy.Dump, ranks_by_pid: dict[int, int]) -> bool:
     return bool(names & (P2P_OPS | GROUP_SETUP_OPS))
 
 
-def _stopped(pid: int) -> bool:
-    """Whether the process is stopped (state T: SIGSTOP, SIGTSTP, a tracer's stop)."""
-    try:
-        return psutil.Process(pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
-    except psutil.Error:
-        return False
-
-
 def _stopped_state(
     binary: str, pid: int, rank: int | None, host: str, timeout_s: float
 ) -> RankState:
@@ -65,11 +55,13 @@ def _stopped_state(
     if state.rank is None:
         state.rank = _spawn_index(state)
     where = f" in {state.user_frame.function}" if state.user_frame else ""
+    tracer = pyspy.tracer_of(pid)
+    by = f"its tracer {tracer[1]} (pid {tracer[0]})" if tracer else "a signal"
     state.activity = RankActivity.stopped
     state.detail = (
-        f"stopped by a signal{where} (read without pausing it)"
+        f"stopped by {by}{where} (read without pausing it)"
         if frames
-        else "stopped by a signal (its stack could not be read)"
+        else f"stopped by {by} (its stack could not be read)"
     )
     return state
 
@@ -111,7 +103,7 @@ def dump_stacks(
     gaps: list[Gap] = []
     for dump in dumps:
         rank = ranks_by_pid.get(dump.pid)
-        if dump.threads is None and _stopped(dump.pid):
+        if dump.threads is None and pyspy.is_stopped(dump.pid):
             state = _stopped_state(binary, dump.pid, rank, host, timeout_s)
             evidence.append(stack_evidence(state, f"pid:{dump.pid}"))
             continue

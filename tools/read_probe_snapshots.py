@@ -20,13 +20,11 @@ from triage.readers.files import files_by_head
 from triage.readers.probe_snapshots import (
     MAX_NAMES,
     Choice,
+    SnapshotReader,
     UnusableSnapshot,
     call_label,
     choose,
-    load_snapshot,
-    read_heads,
     signal_stack,
-    summarize,
     tags_align,
 )
 from triage.readers.replica_comparison import ReplicaComparison
@@ -56,7 +54,8 @@ def read_probe_snapshots(snapshot_files: list[str]) -> ToolOutput:
     paths, gaps = _files(snapshot_files)
     if not paths:
         raise ToolError("no probe snapshot files to read", CAPTURE_HINT)
-    heads, unreadable = read_heads(paths)
+    reader = SnapshotReader()
+    heads, unreadable = reader.heads(paths)
     gaps += [_file_gap(path, reason) for path, reason in unreadable]
     if not heads:
         return ToolOutput(gaps=_bounded(gaps), text=f"none of {len(paths)} snapshots could be read")
@@ -68,18 +67,18 @@ def read_probe_snapshots(snapshot_files: list[str]) -> ToolOutput:
     stacks: list[Evidence] = []
     for path, head in choice.chosen:
         try:
-            snapshot = load_snapshot(path)
+            snapshot = reader.load(path)
         except UnusableSnapshot as exc:
             gaps.append(_file_gap(path, str(exc)))
             continue
         label = call_label(head, by_tag)
-        summaries.append(summarize(snapshot, path, label))
+        summaries.append(reader.summarize(snapshot, path, label))
         state = signal_stack(snapshot) if snapshot.reason == "signal" else None
         if state is not None:
             stacks.append(
                 stack_evidence(state, path, "triage.probe, on the signal", f":probe{snapshot.call}")
             )
-        comparison.add(snapshot, path, label, head.call, head.tag)
+        comparison.add(snapshot, path, label, head.call, head.tag, reader.shares(snapshot))
     checks = comparison.checks()
     gaps += _coverage_gaps(checks, summaries)
     evidence = _check_evidence(checks) + _summary_evidence(summaries, checks) + stacks

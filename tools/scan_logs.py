@@ -1,9 +1,11 @@
 """Evidence from logs: every known failure signature and every traceback or stack dump.
 
-`scan_logs` reads every log with the bounded scanner (`triage.readers.logscan`) and
-turns its hits into evidence: one item per matched signature line and per traceback or
-stack dump, each attributed to a rank where the log shows it; a stack dump of a rank's
-main thread also becomes that rank's classified state.
+`scan_logs` reads every log with the bounded scanner (`triage.readers.logscan`), on every
+core, and turns its hits into evidence: one item per kept signature line and per traceback
+or stack dump, each attributed to a rank where the log shows it; a stack dump of a rank's
+main thread also becomes that rank's classified state. Frequent lines (NCCL's per-op COLL
+lines) become one `log_series` item per file and communicator, and a note says how many
+were folded so.
 """
 
 from __future__ import annotations
@@ -13,57 +15,62 @@ from pathlib import Path
 
 from triage.models import Evidence, Gap
 from triage.observations import LogFile, LogSignal, RankState, TracebackRecord
+from triage.observations.log_lines import LogSeries
+from triage.readers import signatures
 from triage.readers.log_prefilter import MAX_LINE
-from triage.readers.logscan import ScanResult, dump_state, learn_ranks, scan_log
+from triage.readers.log_series import Tally
+from triage.readers.logscan import ScanResult, dump_state, scan_files
 from triage.registry import ToolError, ToolOutput, tool
-from triage.text import bound_text
+from triage.text import agree, bound_text, plural
 
 
 @tool(name="scan_logs")
 def scan_logs(log_files: list[str]) -> ToolOutput:
-    """Read logs of any size (streamed, bounded memory) and report every known failure
-    signature (NCCL errors and warnings, watchdog timeouts, c10d/rendezvous errors, CUDA
-    and host OOM, launcher reports, DDP errors, ...) and every Python traceback or stack
-    dump, each attributed to a rank from `[rankN]:`/NCCL prefixes or per-rank file names."""
+    """Read logs of any size (streamed on every core, bounded memory) and report every known
+    failure signature (NCCL errors and warnings, watchdog timeouts, c10d/rendezvous errors,
+    CUDA and host OOM, launcher reports, DDP errors, ...) and every Python traceback or stack
+    dump, each attributed to a rank from `[rankN]:`/NCCL prefixes or per-rank file names.
+    Per-op NCCL COLL lines are folded into one series per rank and communicator: count,
+    first and last lines, and the last opCount."""
     if not log_files:
         raise ToolError("no log files to read")
     evidence: list[Evidence] = []
     gaps: list[Gap] = []
     ids: Counter[str] = Counter()
     results: list[ScanResult] = []
-    for name in log_files:
-        try:
-            results.append(scan_log(Path(name)))
-        except OSError as exc:
-            gaps.append(
-                Gap(source=name, reason=f"cannot read: {exc.strerror or exc}", tool="scan_logs")
-            )
-    learn_ranks(results)
+    for name, scanned in zip(log_files, scan_files([Path(n) for n in log_files]), strict=True):
+        if isinstance(scanned, OSError):
+            reason = f"cannot read: {scanned.strerror or scanned}"
+            gaps.append(Gap(source=name, reason=reason, tool="scan_logs"))
+        else:
+            results.append(scanned)
     for result in results:
-        name = result.path
         evidence += _evidence(result, ids)
         if result.dropped:
-            gaps.append(
-                Gap(
-                    source=name,
-                    reason=f"{result.dropped} matching lines in the middle of the file were not kept",
-                    tool="scan_logs",
-                )
+            reason = (
+                f"{plural(result.dropped, 'repeated signature line')} "
+                f"{agree(result.dropped, 'were')} not kept: the first and last of each kind, "
+                "per rank, are"
             )
+            gaps.append(Gap(source=result.path, reason=reason, tool="scan_logs"))
+    notes = [note for result in results if (note := _folded(result))]
     signals = sum(1 for e in evidence if e.kind == "log_signal")
     tracebacks = sum(1 for e in evidence if e.kind == "traceback")
-    text = f"{len(log_files)} files: {signals} signature lines, {tracebacks} tracebacks/stack dumps"
+    text = (
+        f"{plural(len(log_files), 'file')}: {plural(signals, 'signature line')}, "
+        f"{plural(tracebacks, 'traceback/stack dump')}"
+    )
     if not signals and not tracebacks:
         gaps.append(
             Gap(
-                source=log_files[0] if len(log_files) == 1 else f"{len(log_files)} files",
+                source=log_files[0] if len(log_files) == 1 else plural(len(log_files), "file"),
                 reason="no known failure signature or traceback in the logs",
                 hint="collect every rank's log with NCCL_DEBUG=INFO and TORCH_DISTRIBUTED_DEBUG=DETAIL, "
                 "and the launcher's output (torchrun --redirects 3 --tee 3)",
                 tool="scan_logs",
             )
         )
-    return ToolOutput(evidence=evidence, gaps=gaps, text=text)
+    return ToolOutput(evidence=evidence, gaps=gaps, text=text, notes=notes)
 
 
 def _evidence(result: ScanResult, ids: Counter[str]) -> list[Evidence]:
@@ -88,6 +95,9 @@ def _evidence(result: ScanResult, ids: Counter[str]) -> list[Evidence]:
         )
     for record in result.tracebacks:
         out += _traceback_evidence(record, unique(f"tb:{name}:{record.line}"))
+    for tally in result.series:
+        evidence_id = unique(f"series:{name}:{tally.writer}{tally.key}")
+        out.append(_series_evidence(result.path, tally, evidence_id))
     rank = result.rank
     info = LogFile(
         path=result.path,
@@ -96,20 +106,64 @@ def _evidence(result: ScanResult, ids: Counter[str]) -> list[Evidence]:
         lines=result.lines,
         truncated_hits=result.dropped,
         last_line=result.last_line,
+        aggregated=result.aggregated,
+        noise=result.noise,
     )
-    found = f"{len(result.signals)} signature lines" if out else "no failure signature"
+    found = plural(len(result.signals), "signature line") if out else "no failure signature"
     out.append(
         Evidence(
             id=unique(f"file:{name}"),
             kind=LogFile.EVIDENCE_KIND,
             source=result.path,
             rank=rank,
-            summary=f"{result.lines} lines, {found}",
+            summary=f"{plural(result.lines, 'line')}, {found}",
             data=info.model_dump(exclude_defaults=True),
             excerpt=result.last_line,
         )
     )
     return out
+
+
+def _series_evidence(path: str, tally: Tally, evidence_id: str) -> Evidence:
+    """One series: its count, its span and its last line's fields (how far it got)."""
+    latest = tally.latest
+    series_of = signatures.SIGNATURES[tally.signature].series
+    name = f"{series_of.key} {tally.key}" if series_of else tally.key
+    series = LogSeries(
+        signature=tally.signature,
+        writer=tally.writer,
+        name=name,
+        path=path,
+        rank=latest.rank,
+        count=tally.count,
+        first_line=tally.first[0].line,
+        last_line=latest.line,
+        last=latest.fields,
+    )
+    return Evidence(
+        id=evidence_id,
+        kind=LogSeries.EVIDENCE_KIND,
+        source=f"{path}:{tally.first[0].line}-{latest.line}",
+        rank=latest.rank,
+        summary=f"{tally.signature} {name}: {plural(tally.count, 'line')}, the last at "
+        f"line {latest.line}: {latest.text[:160]}",
+        data=series.model_dump(exclude_defaults=True),
+        excerpt=latest.text[:MAX_LINE],
+    )
+
+
+def _folded(result: ScanResult) -> str:
+    """What the scan counted instead of keeping, for the report's notes."""
+    parts = []
+    if result.aggregated:
+        names = sorted({t.signature for t in result.series})
+        parts.append(
+            f"{plural(result.aggregated, 'frequent line')} ({', '.join(names)}) folded into "
+            f"{len(result.series):,} series: counts, first and last lines, last values"
+        )
+    if result.noise:
+        parts.append(f"{plural(result.noise, 'line')} with an anchor but no signature counted")
+    return f"{Path(result.path).name}: {'; '.join(parts)}" if parts else ""
 
 
 def _traceback_evidence(record: TracebackRecord, evidence_id: str) -> list[Evidence]:

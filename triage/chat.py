@@ -38,7 +38,9 @@ from triage.llm.toolbox import (
 )
 from triage.models import LlmRun, Report, ToolStatus
 from triage.playbooks import Playbook, load_playbooks, select_playbook, symptom_playbooks
-from triage.printable import printable_text
+from triage.printable import plain_text
+from triage.redact import redact_text
+from triage.redacted import redacted
 from triage.registry import REGISTRY, Registry, ToolRun, is_path_param, path_values
 from triage.render.html import render_html
 from triage.render.markdown import render_markdown
@@ -251,20 +253,22 @@ class ChatSession:
         return self.report.model_copy(update={"llm": self.usage if self.usage.steps else None})
 
     def save(self, target: str) -> None:
-        """The report and the transcript for the incident ticket, one file per format."""
+        """The report and the transcript for the incident ticket, one file per format,
+        secrets masked (a ticket is read by many)."""
         path = Path(target or time.strftime("triage-chat-%Y%m%d-%H%M%S.md")).expanduser()
         self.write(path, self.markdown())
-        transcript = transcript_markdown(self.transcript)
-        self.write(path.with_suffix(".html"), render_html(self.current(), transcript))
+        transcript = redact_text(transcript_markdown(self.transcript))
+        self.write(path.with_suffix(".html"), render_html(redacted(self.current()), transcript))
 
     def markdown(self) -> str:
-        return f"{render_markdown(self.current()).rstrip()}\n\n{transcript_markdown(self.transcript)}\n"
+        report = render_markdown(redacted(self.current())).rstrip()
+        return f"{report}\n\n{redact_text(transcript_markdown(self.transcript))}\n"
 
     def write(self, path: Path, body: str) -> None:
         """Write one saved file; never over an existing one, which may be someone's notes."""
         try:
             with path.open("x", encoding="utf-8") as out:
-                out.write(printable_text(body))
+                out.write(plain_text(body))
         except OSError as exc:
             self.say(f"/save: cannot write {path}: {exc.strerror or exc}", "yellow")
             return

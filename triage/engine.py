@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator
 
+from triage.advice import useful_steps
 from triage.grouping import group_ranks
 from triage.models import Finding, Gap, Report
 from triage.observations import LogFile
@@ -29,6 +30,7 @@ from triage.playbooks import (
 from triage.plugins import load_all, rule_families
 from triage.registry import REGISTRY, EvidenceSet, Registry, ToolRun, run_rules, select
 from triage.taxonomy import CAUSES, canonical_symptom, symptom_of
+from triage.text import plural
 
 CLOSE_CALL = 0.15
 # `analyze` lets the evidence name the symptom; the others fix it (earlier spellings too).
@@ -205,12 +207,13 @@ def _strength(finding: Finding) -> tuple[float, bool]:
 
 def _fallback(playbook: Playbook, report: Report) -> Finding:
     cause = playbook.fallback_cause or f"{playbook.symptom}.unknown"
-    seen = f"{len(report.evidence)} evidence items" if report.evidence else "no evidence"
+    seen = plural(len(report.evidence), "evidence item") if report.evidence else "no evidence"
     return Finding(
         rule_id="engine.fallback",
         cause_id=cause,
         title=CAUSES.get(cause, cause),
-        summary=f"No rule matched ({seen}, {len(report.gaps)} gaps); the cause is not visible yet.",
+        summary=f"No rule matched ({seen}, {plural(len(report.gaps), 'gap')}); the cause is not "
+        "visible yet.",
         confidence=0.1,
         evidence=[e.id for e in report.evidence[:20]],
         fix="Gather the evidence the next steps name and run triage again.",
@@ -219,7 +222,8 @@ def _fallback(playbook: Playbook, report: Report) -> Finding:
 
 def _next_steps(playbook: Playbook, report: Report) -> list[str]:
     """The top fix, how to tell close calls apart, the gaps' hints, then the playbook's
-    steps that the evidence does not show done already."""
+    steps that the evidence does not show done already; hints and steps only where they fit
+    the job's backend and settings (triage.advice)."""
     findings = report.hypotheses
     steps = (
         [f"Fix for the top hypothesis: {findings[0].fix}"] if findings and findings[0].fix else []
@@ -231,10 +235,11 @@ def _next_steps(playbook: Playbook, report: Report) -> list[str]:
             f"{first.cause_id} and {second.cause_id} are close calls"
             + (f". It is {tell}." if tell else "; gather more evidence before acting.")
         )
+    decided = len(steps)
     for hint in (gap.hint for gap in report.gaps if gap.hint):
         if not any(hint in step for step in steps):  # the top fix may say it already
             steps.append(hint)
     steps += [
         s.text for s in playbook.next_steps if s.text not in steps and s.applies(report.evidence)
     ]
-    return steps
+    return steps[:decided] + useful_steps(steps[decided:], report)

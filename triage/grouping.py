@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from psutil import STATUS_ZOMBIE as ZOMBIE
+
 from triage.models import Evidence, RankGroup
 from triage.observations import (
     FROp,
@@ -67,23 +69,29 @@ def group_ranks(evidence: EvidenceSet) -> list[RankGroup]:
     seen |= {rank for group in groups for rank in group.ranks}
     seen_pids = {state.pid for _, state in evidence.payloads(RankState)}
     unread = [p for _, p in evidence.payloads(RankProcess) if p.pid not in seen_pids]
-    if unread:
-        groups.append(
-            RankGroup(
-                state="stack unreadable",
-                ranks=sorted(p.rank for p in unread if p.rank is not None),
-                pids=sorted(p.pid for p in unread if p.rank is None),
-                rank_pids={p.rank: p.pid for p in unread if p.rank is not None},
-                nodes=sorted({p.node for p in unread if p.node}),
-                detail="see gaps",
-            )
-        )
+    zombies = [p for p in unread if p.status == ZOMBIE]
+    if zombies:  # no stack to read, and nothing failed: the process is gone
+        groups.append(_group_of_processes(zombies, "exited (zombie)", "not reaped by its parent"))
+    if len(zombies) < len(unread):
+        rest = [p for p in unread if p.status != ZOMBIE]
+        groups.append(_group_of_processes(rest, "stack unreadable", "see gaps"))
     missing = [m.rank for _, m in evidence.payloads(MissingRank) if m.rank is not None]
     if set(missing) - seen:
         groups.append(
             RankGroup(state="no live process", ranks=sorted(set(missing) - seen), detail="exited?")
         )
     return sorted(groups, key=lambda g: (-(len(g.ranks) + len(g.pids)), min(g.ranks or [1 << 30])))
+
+
+def _group_of_processes(processes: list[RankProcess], state: str, detail: str) -> RankGroup:
+    return RankGroup(
+        state=state,
+        ranks=sorted(p.rank for p in processes if p.rank is not None),
+        pids=sorted(p.pid for p in processes if p.rank is None),
+        rank_pids={p.rank: p.pid for p in processes if p.rank is not None},
+        nodes=sorted({p.node for p in processes if p.node}),
+        detail=detail,
+    )
 
 
 def _group_of_states(states: list[RankState]) -> RankGroup:

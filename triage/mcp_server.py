@@ -28,7 +28,7 @@ from triage.engine import Symptom, diagnose, found_evidence, job_targets
 from triage.errors import TriageError
 from triage.models import Contract, Gap, Report, ToolResult, ToolStatus
 from triage.pid_args import PidList
-from triage.printable import printable, printable_text
+from triage.printable import plain_text, printable
 from triage.redact import redact_text, redact_value
 from triage.registry import REGISTRY, ToolSpec, validation_reason
 from triage.render import confidence_label
@@ -231,14 +231,14 @@ def summary(report: Report) -> str:
 def success_result(text: str, structured: dict[str, Any]) -> types.CallToolResult:
     """Results go to the client's model, so secrets in logs are masked as for the LLM loop."""
     return types.CallToolResult(
-        content=[types.TextContent(text=printable_text(redact_text(text)))],
+        content=[types.TextContent(text=plain_text(redact_text(text)))],
         structured_content=printable(redact_value(structured)),
     )
 
 
 def error_result(message: str) -> types.CallToolResult:
     return types.CallToolResult(
-        content=[types.TextContent(text=printable_text(redact_text(message)))], is_error=True
+        content=[types.TextContent(text=plain_text(redact_text(message)))], is_error=True
     )
 
 

@@ -1,14 +1,16 @@
-"""Secret redaction for everything that leaves the process: LLM requests, probe files.
+"""Secret redaction for everything that leaves the process: reports, LLM requests, MCP
+answers, probe files.
 
 Two nets. By name: values of variables, keys and options named like secrets (token,
-password, api_key, ...). By shape: strings that look like credentials wherever they
-appear (provider key prefixes, bearer tokens, AWS key ids, JWTs, URLs with passwords,
-PEM private keys). Only the standard library, so `triage.probe` can use it inside a
-training job.
+password, pass, pwd, api_key, ...). By shape: strings that look like credentials wherever
+they appear (provider key prefixes, bearer tokens, AWS key ids and secret keys, JWTs, URLs
+with passwords, PEM private keys), whatever the variable that holds them is called. Only
+the standard library, so `triage.probe` can use it inside a training job.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -16,8 +18,10 @@ MASK = "[REDACTED]"
 
 SECRET_NAME = re.compile(
     r"(?i)token|secret|passw|credential|api_?key|access_?key|account_?key|private|auth|"
-    r"cookie|session|signature|(?:^|[_-])key(?:[_-]|$)"
+    r"cookie|session|signature|(?:^|[_-])key(?:[_-]|$)|(?:^|[_-])(?:pass|pwd|passwd)(?:[_-]|$)"
 )
+#: The shell's working directories: named like a password, holding a path.
+_NOT_SECRET = frozenset({"PWD", "OLDPWD"})
 
 _SHAPES = [
     re.compile(
@@ -50,17 +54,55 @@ _AUTH_HEADER = re.compile(
     r"(?P<value>[^\s\"',;]+)"
 )
 _URL_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.\-]*://[^/\s:@]+:)[^/\s@]+@")
+# An AWS secret access key (40 characters of base64) with no name before it: mixed case
+# and digits, no word-like run of lower-case letters (a path of 40 such characters has).
+_KEY_CANDIDATE = re.compile(r"(?<![A-Za-z0-9/+])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
+_LOWER_RUN = re.compile(r"[a-z]{7}")
 
 
+def _random_key(token: str) -> bool:
+    return (
+        any(c.isupper() for c in token)
+        and any(c.islower() for c in token)
+        and any(c.isdigit() for c in token)
+        and not _LOWER_RUN.search(token)
+    )
+
+
+# Whatever any net above looks for holds one of these (lower-cased) or a 40-character run:
+# text without any is left alone after a few substring tests (most of a report: stacks,
+# NCCL lines, counts), at C speed.
+_ANCHOR_WORDS = (
+    "token", "secret", "pass", "pwd", "credential", "key", "private", "auth", "cookie",
+    "session", "signature", "sk-", "sk_", "rk_", "npm_", "pypi-", "ya29.", "ghp_", "gho_",
+    "ghu_", "ghs_", "ghr_", "github_pat_", "xox", "hf_", "glpat-", "aiza", "akia", "asia",
+    "eyj", "bearer", "://", "-----begin",
+)  # fmt: skip
+_KEY_RUN = re.compile(r"[A-Za-z0-9/+]{40}")
+
+
+def might_hold_secret(text: str) -> bool:
+    lower = text.lower()
+    if any(word in lower for word in _ANCHOR_WORDS):
+        return True
+    return len(text) >= 40 and _KEY_RUN.search(text) is not None
+
+
+@functools.lru_cache(maxsize=4096)
 def is_secret_name(name: str) -> bool:
     """A variable, key or option whose value must never leave the host."""
-    return bool(SECRET_NAME.search(name.strip("\\\"'-")))
+    bare = name.strip("\\\"'-")
+    return bare not in _NOT_SECRET and bool(SECRET_NAME.search(bare))
 
 
+@functools.lru_cache(maxsize=1 << 16)  # a job's ranks repeat the same lines and frames
 def redact_text(text: str) -> str:
     """`text` with credential-shaped strings and values of secret-named keys masked."""
+    if not might_hold_secret(text):
+        return text
     for shape in _SHAPES:
         text = shape.sub(MASK, text)
+    text = _KEY_CANDIDATE.sub(lambda m: MASK if _random_key(m[0]) else m[0], text)
     text = _URL_PASSWORD.sub(lambda m: m["scheme"] + MASK + "@", text)
     text = _AUTH_HEADER.sub(lambda m: m[0] if m["value"] == MASK else m["head"] + MASK, text)
 

@@ -16,9 +16,45 @@ def bound_text(text: str, limit: int = MAX_OUTPUT_CHARS) -> str:
     return f"{text[:half]}\n[... {omitted} characters omitted ...]\n{text[-half:]}"
 
 
-def rank_label(ranks: list[int]) -> str:
+def rank_label(ranks: list[int] | set[int]) -> str:
     """'rank 2' or 'ranks 1,3'."""
-    return ("rank " if len(ranks) == 1 else "ranks ") + format_ranks(ranks)
+    return ("rank " if len(set(ranks)) == 1 else "ranks ") + format_ranks(ranks)
+
+
+def plural(count: int, noun: str) -> str:
+    """'1 gap', '2 gaps', '4,096 ranks': the noun agrees with its count."""
+    return f"{count:,} {noun if count == 1 else noun + 's'}"
+
+
+_IRREGULAR = {"are": "is", "have": "has", "were": "was", "do": "does"}
+
+
+def agree(count: int, verb: str) -> str:
+    """The verb, given in its plural form ('stand'), agreeing with a subject of `count`:
+    'stands' for one, 'stand' for several."""
+    if count != 1:
+        return verb
+    head, _, rest = verb.partition(" ")  # 'wait on': only the verb itself changes
+    if head in _IRREGULAR:
+        head = _IRREGULAR[head]
+    else:
+        head += "es" if head.endswith(("s", "sh", "ch", "x")) else "s"
+    return f"{head} {rest}" if rest else head
+
+
+def rank_subject(ranks: list[int] | set[int], verb: str) -> str:
+    """A rank list as the subject of a verb: 'rank 2 stands', 'ranks 0-1 stand'."""
+    return f"{rank_label(ranks)} {agree(len(set(ranks)), verb)}"
+
+
+def cut_at_word(text: str, limit: int) -> str:
+    """`text` within `limit` characters, cut at a space with '…': a reader never sees half a
+    token ('OpType=ALLR'). A text without a space early enough is cut at `limit`."""
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 1]
+    space = head.rfind(" ")
+    return (head[:space] if space > limit // 2 else head).rstrip(" ,;:") + "…"
 
 
 def format_ranks(ranks: list[int] | set[int], width: int | None = None) -> str:

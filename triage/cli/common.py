@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn, TextIO, cast
 import typer
 
 from triage.errors import TriageError
-from triage.printable import PrintableStream, printable_text
+from triage.printable import PrintableStream, plain_text
 
 if TYPE_CHECKING:
     from triage.models import Report
@@ -53,8 +53,13 @@ def report_format(as_json: bool, fmt: Format) -> Format:
     return Format.json if as_json else fmt
 
 
-def emit(report: Report, fmt: Format) -> None:
-    """Print the report in the chosen format; JSON is exactly one document on stdout."""
+def emit(report: Report, fmt: Format, redact: bool = True) -> None:
+    """Print the report in the chosen format, secrets masked unless `redact` is off; JSON
+    is exactly one document on stdout."""
+    if redact:
+        from triage.redacted import redacted
+
+        report = redacted(report)
     if fmt is Format.json:
         from triage.render import render_json
 
@@ -62,11 +67,11 @@ def emit(report: Report, fmt: Format) -> None:
     elif fmt is Format.markdown:
         from triage.render.markdown import render_markdown
 
-        sys.stdout.write(printable_text(render_markdown(report)))
+        sys.stdout.write(plain_text(render_markdown(report)))
     elif fmt is Format.html:
         from triage.render.html import render_html
 
-        sys.stdout.write(printable_text(render_html(report)))
+        sys.stdout.write(plain_text(render_html(report)))
     else:
         from rich.console import Console
 
@@ -95,6 +100,14 @@ FormatOpt = Annotated[
         "--format",
         metavar="FORMAT",
         help="terminal, markdown, json, or html (one self-contained page to attach).",
+    ),
+]
+NoRedactOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-redact",
+        help="Show secrets (tokens, passwords, keys) the evidence holds: for local debugging"
+        " only, never for a ticket.",
     ),
 ]
 PidsOpt = Annotated[

@@ -15,6 +15,7 @@ from triage.cli.common import (
     JsonOpt,
     LlmOpt,
     ModelOpt,
+    NoRedactOpt,
     PidsOpt,
     UsageError,
     emit,
@@ -125,6 +126,7 @@ def hang(
     ] = None,
     debug_server: DebugServerOpt = None,
     slurm_job: SlurmJobOpt = None,
+    no_redact: NoRedactOpt = False,
 ) -> None:
     """Diagnose a hung job from its live rank processes (py-spy stacks of every rank), from
     every node of its Slurm job or its nodes' `triage collect` documents, or through its
@@ -167,7 +169,7 @@ def hang(
         if llm:
             report = refine(report, model)
         report = pasted.restore(report)
-    emit(report, fmt)
+    emit(report, fmt, redact=not no_redact)
     _exit_without_evidence(report)
 
 
@@ -201,9 +203,11 @@ def analyze(
     fmt: FormatOpt = Format.terminal,
     llm: LlmOpt = False,
     model: ModelOpt = DEFAULT_MODEL,
+    no_redact: NoRedactOpt = False,
 ) -> None:
     """Name the cause from logs, tracebacks, NCCL output, launcher reports and dumps."""
-    analyze_paths(paths, symptom, pids, report_format(as_json, fmt), model if llm else None)
+    fmt = report_format(as_json, fmt)
+    analyze_paths(paths, symptom, pids, fmt, model if llm else None, not no_redact)
 
 
 def symptom_command(symptom: str, summary: str) -> Any:
@@ -216,8 +220,10 @@ def symptom_command(symptom: str, summary: str) -> Any:
         fmt: FormatOpt = Format.terminal,
         llm: LlmOpt = False,
         model: ModelOpt = DEFAULT_MODEL,
+        no_redact: NoRedactOpt = False,
     ) -> None:
-        analyze_paths(paths, symptom, pids, report_format(as_json, fmt), model if llm else None)
+        fmt = report_format(as_json, fmt)
+        analyze_paths(paths, symptom, pids, fmt, model if llm else None, not no_redact)
 
     command.__doc__ = f"`analyze --symptom {symptom}`: {summary}"
     return command
@@ -238,6 +244,7 @@ def analyze_paths(
     pids: list[str] | None,
     fmt: Format,
     llm_model: str | None = None,
+    redact: bool = True,
 ) -> None:
     from triage.engine import job_targets
     from triage.pasted import Pasted
@@ -253,5 +260,5 @@ def analyze_paths(
             report = refine(report, llm_model)
         report.targets["paths"] = paths
         report = pasted.restore(report)
-    emit(report, fmt)
+    emit(report, fmt, redact)
     _exit_without_evidence(report)

@@ -14,6 +14,7 @@ from triage.cli.common import (
     Format,
     JsonOpt,
     ModelOpt,
+    NoRedactOpt,
     PidsOpt,
     UsageError,
     emit,
@@ -106,6 +107,7 @@ def run(
         ),
     ] = True,
     as_json: JsonOpt = False,
+    no_redact: NoRedactOpt = False,
 ) -> None:
     """Run a job with debug logging and Flight Recorder on; triage it if it fails or hangs.
 
@@ -125,11 +127,13 @@ def run(
         kill_on_hang=kill_on_hang,
         signal_probe=signal_probe,
         as_json=as_json,
+        redact=not no_redact,
         plugin_dirs=PLUGIN_DIRS,
     )
     try:
         code = run_job(
-            options, lambda report: emit(report, Format.json if as_json else Format.terminal)
+            options,
+            lambda report: emit(report, Format.json if as_json else Format.terminal, redact=False),
         )
     except RunError as exc:
         fail(str(exc), exc.exit_code)

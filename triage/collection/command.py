@@ -21,9 +21,7 @@ _MASTER = re.compile(r"^\S+:\d+$")
 
 def collect(
     ctx: typer.Context,
-    pid_args: Annotated[
-        list[str] | None, typer.Argument(metavar="PID", help="More pids.")
-    ] = None,
+    pid_args: Annotated[list[str] | None, typer.Argument(metavar="PID", help="More pids.")] = None,
     pids: Annotated[list[str] | None, typer.Option("--pids", help="Rank process ids.")] = None,
     launcher_pid: Annotated[
         int | None, typer.Option("--launcher-pid", help="torchrun / mp.spawn parent pid.")

@@ -38,7 +38,8 @@ from triage.job.probe_signal import request_snapshots
 from triage.job.watch import Outcome, watch
 from triage.models import Gap, Report
 from triage.playbooks import run_playbook
-from triage.printable import printable_text
+from triage.printable import plain_text
+from triage.redacted import redacted
 from triage.render import render_json
 from triage.render.html import render_html
 from triage.render.markdown import render_markdown
@@ -60,6 +61,7 @@ class RunOptions:
     kill_on_hang: bool = False
     signal_probe: bool = True
     as_json: bool = False
+    redact: bool = True
     plugin_dirs: list[Path] = field(default_factory=list)
 
 
@@ -224,9 +226,11 @@ def _triage(
     try:
         playbook, by_symptom = run_playbook(hung, options.plugin_dirs)
         report = follow(playbook, targets, by_symptom=by_symptom, notes=notes, gaps=gaps)
+        if options.redact:  # the files are for a ticket; `show` prints this same report
+            report = redacted(report)
         (out / "report.json").write_text(render_json(report) + "\n", encoding="utf-8")
-        (out / "report.md").write_text(printable_text(render_markdown(report)), encoding="utf-8")
-        (out / "report.html").write_text(printable_text(render_html(report)), encoding="utf-8")
+        (out / "report.md").write_text(plain_text(render_markdown(report)), encoding="utf-8")
+        (out / "report.html").write_text(plain_text(render_html(report)), encoding="utf-8")
         show(report)
         _say(
             f"report written to {out / 'report.md'}, {out / 'report.html'} and {out / 'report.json'}"

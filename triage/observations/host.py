@@ -94,6 +94,10 @@ class EnvironmentFacts(Payload):
     ib_ports: list[IbPort] = Field(default_factory=list)
     masters: list[MasterCheck] = Field(default_factory=list)
     gpus: list[Gpu] | None = Field(default=None, description="None: nvidia-smi not available.")
+    nvidia_devices: int | None = Field(
+        default=None,
+        description="Host: its /dev/nvidiaN device files; 0: no NVIDIA GPU, so no NCCL here.",
+    )
     gpu_processes: list[GpuProcess] = Field(default_factory=list)
     topology: str | None = Field(default=None, description="`nvidia-smi topo -m`, bounded.")
 

@@ -71,3 +71,34 @@ class LogFile(Payload):
     lines: int = Field(description="Lines in the file.")
     truncated_hits: int = Field(default=0, description="Matches dropped to bound memory.")
     last_line: str = Field(default="", description="Its last non-empty line: where it stops.")
+    aggregated: int = Field(
+        default=0,
+        description="Frequent lines (per-op NCCL COLL lines) folded into series (`log_series`).",
+    )
+    noise: int = Field(default=0, description="Lines holding an anchor that no signature matched.")
+
+
+class LogSeries(Payload):
+    """A frequent signature's lines in one file, folded into one series per key (per
+    communicator for NCCL's COLL lines): how many, where they start and stop, and the last
+    one's fields, which say how far the writer got (the lagging rank's last opCount). Its
+    first and last lines are also `log_signal` evidence."""
+
+    EVIDENCE_KIND: ClassVar[str] = "log_series"
+
+    signature: str
+    writer: str = Field(
+        default="", description="The prefix naming who wrote it: `[rank3]:`, NCCL's `host:pid:`."
+    )
+    name: str = Field(
+        description="What tells the series apart: its key field and value, e.g. "
+        "'comm 0x55d0b3a4c2e0' (NCCL's communicator)."
+    )
+    path: str
+    rank: int | None = None
+    count: int = Field(description="Lines of this series in the file.")
+    first_line: int
+    last_line: int
+    last: dict[str, Any] = Field(
+        default_factory=dict, description="Fields of its last line (e.g. opcount, coll, nranks)."
+    )

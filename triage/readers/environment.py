@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from triage.models import Evidence
 from triage.observations import EnvironmentFacts
 from triage.registry import EvidenceSet
-from triage.text import format_ranks
+from triage.text import rank_label
 
 #: A rank's (or the host's) environment evidence with its payload.
 Item = tuple[Evidence, EnvironmentFacts]
@@ -155,17 +155,17 @@ def ranks_of(facts: Iterable[EnvironmentFacts]) -> list[int]:
 
 
 def who(facts: Iterable[EnvironmentFacts]) -> str:
-    """'rank 0-3' or 'pid 1234' for a summary."""
+    """'ranks 0-3' or 'pid 1234' for a summary."""
     items = list(facts)
     ranks = ranks_of(items)
     if ranks:
-        return f"rank {format_ranks(ranks)}"
+        return rank_label(ranks)
     pids = sorted({f.pid for f in items if f.pid is not None})
     return "pid " + ",".join(map(str, pids)) if pids else "this host"
 
 
 def spread(values: dict[str, list[EnvironmentFacts]]) -> str:
-    """Which ranks hold which value: '2.5.1 on rank 0-2; 2.4.0 on rank 3'."""
+    """Which ranks hold which value: '2.5.1 on ranks 0-2; 2.4.0 on rank 3'."""
     return "; ".join(f"{value} on {who(holders)}" for value, holders in values.items())
 
 

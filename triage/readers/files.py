@@ -3,6 +3,7 @@ and what each file is by its first bytes.
 
 Stable order (sorted), hidden folders and files skipped (a probe's markers, partial
 writes), regular files only: opening a FIFO, such as NCCL's dump pipe, blocks forever.
+Nothing outside the folder is read through a link inside it.
 A file is sorted by what its first bytes say, not by its name.
 """
 
@@ -18,12 +19,27 @@ from triage.observations import is_probe_snapshot
 SNIFF = 8192
 
 
-def regular_files(folder: Path) -> Iterator[Path]:
-    for root, dirs, names in os.walk(folder):
+def regular_files(folder: Path, skipped: list[str] | None = None) -> Iterator[Path]:
+    """The regular files under `folder`. A link to a file outside it is not followed (the
+    user named the folder, not what its links point at), and links to folders are not
+    walked; an unreadable subfolder is skipped. What was skipped, and why, goes to `skipped`."""
+    root = folder.resolve()
+
+    def unreadable(exc: OSError) -> None:
+        if skipped is not None:
+            skipped.append(f"{exc.filename}: {(exc.strerror or str(exc)).lower()}")
+
+    for base, dirs, names in os.walk(folder, onerror=unreadable):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(names):
-            path = Path(root) / name
-            if not name.startswith(".") and path.is_file():
+            path = Path(base) / name
+            if name.startswith("."):
+                continue
+            if path.is_symlink() and not path.resolve().is_relative_to(root):
+                if skipped is not None:
+                    skipped.append(f"{path}: a link to {path.resolve()}, outside {folder}")
+                continue
+            if path.is_file():
                 yield path
 
 

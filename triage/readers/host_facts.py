@@ -31,7 +31,7 @@ import psutil
 from triage.observations import EnvironmentFacts, Gpu, GpuProcess, IbPort, Interface, MasterCheck
 from triage.readers.environment import is_virtual_interface
 from triage.redact import is_secret_name
-from triage.text import bound_text
+from triage.text import bound_text, plural
 
 _EXACT = frozenset(
     {
@@ -78,6 +78,8 @@ CONNECT_TIMEOUT_S = 1.0
 LOOKUP_TIMEOUT_S = 3.0
 MAX_MASTERS = 4
 SMI_TIMEOUT_S = 10.0
+#: Where the NVIDIA driver puts one device file per GPU (`/dev/nvidia0`, ...).
+DEVICE_DIR = Path("/dev")
 T = TypeVar("T")
 
 
@@ -130,25 +132,65 @@ def _versions(maps_text: str, root: str) -> tuple[str | None, str | None]:
     """torch and NCCL versions from the libraries a process has mapped, read through its
     root (/proc/PID/root) so a rank in a container is read in its own file system."""
     torch_version = nccl_version = None
-    torch_lib = _TORCH_LIB.search(maps_text)
+    torch_lib = _search_lines(_TORCH_LIB, maps_text, "/lib/libtorch")
     if torch_lib:
-        try:
-            found = _VERSION_PY.search(
-                Path(f"{root}{torch_lib['root']}/version.py").read_text(errors="replace")
-            )
-            torch_version = found["v"] if found else None
-        except OSError:
-            torch_version = None
-    nccl_lib = _NCCL_LIB.search(maps_text)
+        torch_version = _once(f"{root}{torch_lib['root']}/version.py", _torch_version)
+    nccl_lib = _search_lines(_NCCL_LIB, maps_text, "/libnccl.so")
     if nccl_lib:
         path = Path(f"{root}{nccl_lib['path']}")
         numbered = re.search(r"\.so\.(\d+\.\d+\.\d+)$", path.name)
         if numbered:
             nccl_version = numbered.group(1)
         elif len(path.parents) > 3:  # pip's nvidia-nccl wheel: site-packages/nvidia/nccl/lib
-            for info in sorted(path.parents[3].glob("nvidia_nccl_cu*-*.dist-info")):
-                nccl_version = wheel_version(info.name)
+            nccl_version = _once(str(path.parents[3]), _nccl_wheel_version)
     return torch_version, nccl_version
+
+
+def _search_lines(pattern: re.Pattern[str], text: str, needle: str) -> re.Match[str] | None:
+    """`pattern.search(text)` for a pattern that never spans lines, tried only on the lines
+    holding `needle`: a rank maps hundreds of files, and a search from every slash of
+    them cost more than the rest of the rank's facts."""
+    at = text.find(needle)
+    while at != -1:
+        end = text.find("\n", at)
+        end = len(text) if end == -1 else end
+        found = pattern.search(text, text.rfind("\n", 0, at) + 1, end)
+        if found:
+            return found
+        at = text.find(needle, end)
+    return None
+
+
+#: Versions by the identity of the file or folder they were read from: every rank maps the
+#: same libraries, each rank through its own /proc/PID/root (see `_once`).
+_read_once: dict[tuple[int, int, int, int], str | None] = {}
+
+
+def _once(path: str, read: Callable[[str], str | None]) -> str | None:
+    """`read(path)`, once per file (device, inode, mtime, size) however many ranks name it;
+    None when the path is gone."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    key = (stat.st_dev, stat.st_ino, stat.st_mtime_ns, stat.st_size)
+    if key not in _read_once:
+        _read_once[key] = read(path)
+    return _read_once[key]
+
+
+def _torch_version(version_py: str) -> str | None:
+    try:
+        found = _VERSION_PY.search(Path(version_py).read_text(errors="replace"))
+    except OSError:
+        return None
+    return found["v"] if found else None
+
+
+def _nccl_wheel_version(site_packages: str) -> str | None:
+    """The version of pip's nvidia-nccl wheel installed in a site-packages folder."""
+    infos = sorted(Path(site_packages).glob("nvidia_nccl_cu*-*.dist-info"))
+    return wheel_version(infos[-1].name) if infos else None
 
 
 def wheel_version(dist_info: str) -> str:
@@ -373,6 +415,12 @@ def nvidia_facts(binary: str) -> tuple[list[Gpu] | None, list[GpuProcess], str |
     return gpus, processes, bound_text(topology, 3000) if topology else None
 
 
+def nvidia_devices() -> int:
+    """The GPUs the driver exposes here: nvidia-smi missing on a host without any is no
+    gap (a CPU job on gloo), while a GPU host without it leaves its GPUs unchecked."""
+    return sum(1 for path in DEVICE_DIR.glob("nvidia*") if path.name[6:].isdigit())
+
+
 def read_host(host: str, ranks: list[EnvironmentFacts]) -> tuple[EnvironmentFacts, list[Unread]]:
     """This host's facts, and what could not be read. Without ranks, this process's own
     environment stands in for the job's (triage run from the job's shell or batch script)."""
@@ -394,6 +442,7 @@ def read_host(host: str, ranks: list[EnvironmentFacts]) -> tuple[EnvironmentFact
     gpu_processes: list[GpuProcess] = []
     topology = None
     smi = shutil.which("nvidia-smi")
+    devices = nvidia_devices()
     if smi:
         gpus, gpu_processes, topology = nvidia_facts(smi)
         if gpus is None:
@@ -404,11 +453,12 @@ def read_host(host: str, ranks: list[EnvironmentFacts]) -> tuple[EnvironmentFact
                     "run `nvidia-smi` on the host: a driver/library mismatch or a lost GPU shows there",
                 )
             )
-    else:
+    elif devices:
         unread.append(
             Unread(
                 "nvidia-smi",
-                "nvidia-smi not found: GPUs, GPU processes and topology not checked",
+                f"nvidia-smi not found: {plural(devices, 'GPU')} here, their processes and "
+                "topology not checked",
             )
         )
     facts = EnvironmentFacts(
@@ -424,6 +474,7 @@ def read_host(host: str, ranks: list[EnvironmentFacts]) -> tuple[EnvironmentFact
         ib_ports=ib_ports(),
         masters=[check_master(addr, port) for addr, port in masters],
         gpus=gpus,
+        nvidia_devices=devices,
         gpu_processes=gpu_processes,
         topology=topology,
     )

@@ -1,47 +1,127 @@
-"""The first pass over a log: the numbered lines that hold an anchor, with their context.
+"""The first pass over a log: lines that hold an anchor, and runs of frequent lines as counts.
 
-A DFA (RE2) over the anchors of every signature and block (`triage.readers.signatures`)
-looks for hits at disk speed, reading the file in 16 MB chunks of whole lines; only the
-lines around a hit reach Python. Hits are bounded per file (the first HEAD_LINES and the
-last TAIL_LINES are kept), lines are cut at MAX_LINE keeping what matters, ANSI colours
-are dropped and undecodable bytes replaced, so a 10 GB log, a binary file or a file cut
-off mid-line costs bounded memory and never an exception. `triage.readers.logscan` reads
-the lines this gives into signals and tracebacks.
+One RE2 DFA over the anchors of every signature and block (`triage.readers.signatures`)
+reads a stretch of a file (`scan_range`) at disk speed and finds two kinds of hit:
+
+- a line holding an anchor: it and the context its anchor asks for reach Python;
+- the start of a run of lines of a frequent signature (NCCL's per-op COLL lines): the
+  run is taken whole, by counting where it is long (a window whose newlines and anchors
+  count the same holds nothing else, `_Window`) and by an anchored DFA match where it is
+  short, then counted per series by `triage.readers.log_runs` with byte counts; only the
+  first and last lines of each series are decoded.
+
+So a log costs about one pass of byte counts over its frequent lines plus the DFA's pass
+over the rest and Python's work on its rare lines, however many frequent lines it holds.
+Line numbers come from newline counts of the bytes between runs and the runs' own counts. Lines are cut at MAX_LINE keeping what matters, ANSI colours are dropped and
+undecodable bytes replaced: a binary file or one cut off mid-line costs bounded memory and
+never an exception. `triage.readers.logscan` reads what this gives into signals.
 """
 
 from __future__ import annotations
 
 import re
-from collections import deque
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import re2  # type: ignore[import-untyped]
 
 from triage.readers import signatures
+from triage.readers.log_runs import Frequent, Key, Runs
 
-CHUNK = 16 << 20
 MAX_LINE = 4096
-HEAD_LINES = 4000
-TAIL_LINES = 16000
+#: How far past the end of its stretch a scan reads for the context of a late anchor.
+MAX_OVERFLOW = 2 << 20
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
-_compiled: tuple[int, Any, dict[bytes, int]] | None = None
+@dataclass
+class SeriesPart:
+    """One series' lines in one stretch: how many, and the first and last few."""
+
+    count: int = 0
+    first: list[tuple[int, str]] = field(default_factory=list)
+    last: list[tuple[int, str]] = field(default_factory=list)
 
 
-def _prefilter() -> tuple[Any, dict[bytes, int]]:
-    """One RE2 DFA over every anchor, compiled once per anchor table (plugins may add some)."""
+@dataclass
+class RangeScan:
+    """What the first pass found in one stretch of a file; line numbers count from 1 at the
+    stretch's first line."""
+
+    newlines: int = 0
+    #: Its last line has no newline: at the end of a file, one more line.
+    unterminated: bool = False
+    #: Why the stretch could not be read (the file went away), else "".
+    error: str = ""
+    #: (line, text, anchored): anchored lines hold a signature's anchor, the others are context.
+    hits: list[tuple[int, str, bool]] = field(default_factory=list)
+    #: Context lines past the stretch's end, for the block parsers only.
+    overflow: list[tuple[int, str]] = field(default_factory=list)
+    #: (signature, writer, key value) -> its lines here.
+    series: dict[Key, SeriesPart] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Table:
+    """The first pass's DFA and what it needs to read a hit."""
+
+    pattern: Any
+    after_of: dict[bytes, int]
+    signature_anchors: frozenset[bytes]
+    frequent: tuple[Frequent, ...]
+
+
+_compiled: tuple[int, Table] | None = None
+
+
+def _options() -> Any:
+    """Bytes matched as bytes (Latin-1): `[^\\n]` is one byte, and the DFA twice as fast as
+    over UTF-8; anchors are matched by their UTF-8 bytes all the same."""
+    options = re2.Options()
+    options.encoding = re2.Options.Encoding.LATIN1
+    options.max_mem = 64 << 20
+    return options
+
+
+def _latin(pattern: str) -> bytes:
+    return pattern.encode("utf-8")
+
+
+def compile_table() -> Table:
+    """One RE2 DFA over every anchor and the start of every frequent line, compiled once per
+    table (plugins may add signatures). Frequent lines come first: at a line's start the run
+    wins over an anchor later in the same line (`Reduce` in `AllReduce: opCount`)."""
     global _compiled
     version = len(signatures.load()) + len(signatures.BLOCK_ANCHORS)
     if _compiled is None or _compiled[0] != version:
         table = signatures.anchors()
-        ordered = sorted(table, key=len, reverse=True)
-        pattern = re2.compile(b"|".join(re.escape(a).encode() for a in ordered))
-        _compiled = (version, pattern, {a.encode(): after for a, after in table.items()})
-    return _compiled[1], _compiled[2]
+        frequent = tuple(
+            Frequent(
+                sig,
+                re2.compile(_latin(f"(?:[^\\n]*{sig.series.line}[^\\n]*\\n)+"), _options()),
+                sig.anchors[0].encode(),
+            )
+            for sig in signatures.frequent()
+            if sig.series is not None
+        )
+        starts = [f"[^\\n]*{f.signature.series.line}" for f in frequent if f.signature.series]
+        literals = [re.escape(a) for a in sorted(table, key=len, reverse=True)]
+        pattern = re2.compile(_latin("|".join(starts + literals)), _options())
+        owned = frozenset(a.encode() for s in signatures.load().values() for a in s.anchors)
+        anchors = owned - {a.encode() for a in signatures.BLOCK_ANCHORS}
+        after_of = {a.encode(): after for a, after in table.items()}
+        _compiled = (version, Table(pattern, after_of, anchors, frequent))
+    return _compiled[1]
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+def decode(raw: bytes, pattern: Any) -> str:
+    """A line's text: cut to MAX_LINE (`_clip`), colours dropped, bad bytes replaced."""
+    text = _clip(raw, pattern).decode("utf-8", "replace").rstrip("\r").replace("\x00", "")
+    if "\x1b" in text:  # coloured loggers (torchtitan, rich): the text, not the escapes
+        text = _ANSI.sub("", text)
+    return text
 
 
 def _clip(raw: bytes, pattern: Any) -> bytes:
@@ -57,109 +137,197 @@ def _clip(raw: bytes, pattern: Any) -> bytes:
     return redrawn[start : start + MAX_LINE]
 
 
-class _Window:
-    """Hit lines plus their context, bounded: the first HEAD_LINES and the last TAIL_LINES."""
-
-    def __init__(self, pattern: Any) -> None:
-        self.pattern = pattern
-        self.head: list[tuple[int, str]] = []
-        self.tail: deque[tuple[int, str]] = deque(maxlen=TAIL_LINES)
-        self.dropped = 0
-        self.last = 0
-
-    def add(self, number: int, raw: bytes) -> None:
-        if number <= self.last:
-            return
-        self.last = number
-        raw = _clip(raw, self.pattern)
-        text = raw.decode("utf-8", "replace").rstrip("\r").replace("\x00", "")
-        if "\x1b" in text:  # coloured loggers (torchtitan, rich): the text, not the escapes
-            text = _ANSI.sub("", text)
-        if len(self.head) < HEAD_LINES:
-            self.head.append((number, text))
-        else:
-            if len(self.tail) == TAIL_LINES:
-                self.dropped += 1
-            self.tail.append((number, text))
-
-    def lines(self) -> list[tuple[int, str]]:
-        return self.head + list(self.tail)
+def scan_range(path: str, start: int, end: int) -> RangeScan:
+    """The hits of bytes [start, end) of a file; `start` is a line's start, or a point
+    inside a line longer than the alignment window (`triage.readers.log_chunks`)."""
+    table = compile_table()
+    out = RangeScan()
+    try:
+        with Path(path).open("rb") as handle:
+            handle.seek(start)
+            data = handle.read(end - start)
+            owed = _scan(data, table, out)
+            if owed and len(data) == end - start:
+                out.overflow = _overflow(handle, owed, out.newlines + 1, table.pattern)
+    except OSError as exc:
+        return RangeScan(error=exc.strerror or str(exc))
+    out.unterminated = bool(data) and not data.endswith(b"\n")
+    return out
 
 
-def hit_lines(path: Path) -> tuple[list[tuple[int, str]], int, int]:
-    """Numbered lines holding an anchor, with the context their anchor asks for.
-
-    Returns the lines, the file's line count and how many hit lines were dropped.
-    """
-    pattern, after_of = _prefilter()
-    window = _Window(pattern)
-    base_line = 1
-    carry = b""
-    pending = 0
-    with path.open("rb") as handle:
-        while True:
-            block = handle.read(CHUNK)
-            data = carry + block
-            if not data:
-                break
-            if block:
-                cut = data.rfind(b"\n") + 1
-                if cut == 0:  # no newline in 16 MB: binary or one giant line
-                    hit = pattern.search(data)
-                    if hit:
-                        start = max(0, hit.start() - MAX_LINE // 4)
-                        window.add(base_line, data[start : start + MAX_LINE])
-                    carry = data[-MAX_LINE:]
-                    continue
-                data, carry = data[:cut], data[cut:][-(CHUNK):]
-            else:
-                carry = b""
-            pending = _scan_chunk(data, base_line, pattern, after_of, window, pending)
-            base_line += data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
-            if not block:
-                break
-    return window.lines(), base_line - 1, window.dropped
-
-
-def _scan_chunk(
-    data: bytes,
-    base_line: int,
-    pattern: Any,
-    after_of: dict[bytes, int],
-    window: _Window,
-    pending: int,
-) -> int:
-    """Add the hit lines of one chunk of whole lines; returns context still owed to the next."""
-    line_no, counted_to = base_line, 0
-    position = 0
-    if pending:
-        position = _take_lines(data, 0, pending, base_line, window)
-        pending = max(0, pending - data.count(b"\n", 0, position))
-    for hit in pattern.finditer(data):
-        start = data.rfind(b"\n", 0, hit.start()) + 1
-        if start < position:
-            continue
-        line_no += data.count(b"\n", counted_to, start)
-        counted_to = start
-        after = after_of.get(hit.group(0), 0)
-        end = _take_lines(data, start, after + 1, line_no, window)
-        position = end
-        taken = data.count(b"\n", start, end)
-        pending = max(0, after + 1 - taken) if end >= len(data) else 0
-    return pending
-
-
-def _take_lines(data: bytes, start: int, count: int, first_no: int, window: _Window) -> int:
-    """Add up to `count` lines from `start`; returns the offset after the last one."""
-    position = start
-    for index in range(count):
-        if position >= len(data):
+def _scan(data: bytes, table: Table, out: RangeScan) -> int:
+    """Collect the stretch's anchored lines (with their context) and its runs; returns the
+    context lines still owed past its end."""
+    pattern = table.pattern
+    lines = _Lines(data, pattern)
+    runs = Runs(data)
+    window = _Window()
+    position = owed = 0
+    while position < len(data):
+        hit = pattern.search(data, position)
+        if hit is None:
             break
-        end = data.find(b"\n", position)
-        end = len(data) if end == -1 else end
-        window.add(first_no + index, data[position:end])
-        position = end + 1
-    return min(position, len(data))
+        begin = hit.start()
+        line_start = data.rfind(b"\n", 0, begin) + 1
+        anchor = hit.group(0)
+        if anchor not in table.after_of:  # the start of a frequent line
+            run = window.take(data, line_start, table.frequent) or _run(
+                data, line_start, table.frequent
+            )
+            if run is not None:
+                item, finish, counted = run
+                lines.run(line_start, finish, runs.add(item, line_start, finish, counted))
+                position = finish
+                continue
+        lines.want(line_start, anchored=anchor in table.signature_anchors)
+        position = lines.end_of(line_start)
+        after = table.after_of.get(anchor, 0)
+        for index in range(after):
+            if position >= len(data):
+                owed = after - index
+                break
+            lines.want(position)
+            position = lines.end_of(position)
+    for key, sampled in runs.series().items():
+        part = out.series[key] = SeriesPart(sampled.count)
+        for offset in sampled.first:
+            lines.want(offset, into=part.first)
+        for offset in sampled.last:
+            lines.want(offset, into=part.last)
+    for offset in runs.strays:
+        lines.want(offset, anchored=True)
+    lines.sweep(out)
+    return owed
+
+
+def _run(
+    data: bytes, start: int, frequent: tuple[Frequent, ...]
+) -> tuple[Frequent, int, int | None] | None:
+    """The run of frequent lines starting at `start`, read by the DFA to where it ends; None
+    when there is none (a frequent line without its newline, at the end of a file)."""
+    for item in frequent:
+        found = item.run.match(data, start)
+        if found is not None:
+            return item, int(found.end()), None
+    return None
+
+
+class _Window:
+    """Long runs taken without the DFA: when every line of the next window of bytes holds
+    a frequent line's anchor (its newlines and its anchors count the same), the window is
+    one run, and the next window is twice as large. A window that holds other lines is left
+    to the DFA, and the next try waits twice as long as the last, so that short runs between
+    other lines (a COLL line or two per training step) cost next to nothing in tries."""
+
+    SMALLEST = 64 << 10
+    LARGEST = 8 << 20
+
+    def __init__(self) -> None:
+        self.size = self.SMALLEST
+        self.wait = self.SMALLEST
+        self.after = 0
+
+    def take(
+        self, data: bytes, start: int, frequent: tuple[Frequent, ...]
+    ) -> tuple[Frequent, int, int] | None:
+        if start < self.after:
+            return None
+        cut = data.rfind(b"\n", start, start + self.size) + 1
+        lines = data.count(b"\n", start, cut) if cut else 0
+        for item in frequent if lines > 1 else ():
+            if data.count(item.anchor, start, cut) == lines:
+                self.size = min(self.size * 2, self.LARGEST)
+                self.wait = self.SMALLEST
+                return item, cut, lines
+        self.after = start + self.wait
+        self.size, self.wait = self.SMALLEST, min(self.wait * 2, self.LARGEST)
+        return None
+
+
+def _overflow(handle: Any, owed: int, first: int, pattern: Any) -> list[tuple[int, str]]:
+    """Up to `owed` whole lines after the stretch, read from where the handle stands."""
+    tail = handle.read(MAX_OVERFLOW)
+    pieces = tail.split(b"\n", owed)
+    if len(pieces) > owed:
+        lines = pieces[:owed]
+    else:  # the rest of what was read: its last piece is a line only at the file's end
+        ended = len(tail) < MAX_OVERFLOW and pieces[-1]
+        lines = pieces if ended else pieces[:-1]
+    return [(first + index, decode(raw, pattern)) for index, raw in enumerate(lines)]
+
+
+class _Lines:
+    """Lines to decode by the offset of their start, numbered in one sweep at the end.
+
+    Newlines are counted byte by byte only between runs; a run's lines are already counted
+    (`Runs.add`), and a line inside a run is numbered from the nearer end of its run, so a
+    log of frequent lines is never counted line by line.
+    """
+
+    def __init__(self, data: bytes, pattern: Any) -> None:
+        self.data = data
+        self.pattern = pattern
+        self.wanted: list[tuple[int, list[tuple[int, str]] | None, bool]] = []
+        self.runs: list[tuple[int, int, int]] = []
+
+    def end_of(self, start: int) -> int:
+        """The offset after the line starting at `start`."""
+        end = self.data.find(b"\n", start)
+        return len(self.data) + 1 if end == -1 else end + 1
+
+    def want(
+        self, start: int, *, into: list[tuple[int, str]] | None = None, anchored: bool = False
+    ) -> None:
+        """Keep the line starting at `start`: into a series' list, else among the hits."""
+        self.wanted.append((start, into, anchored))
+
+    def run(self, begin: int, finish: int, lines: int) -> None:
+        self.runs.append((begin, finish, lines))
+
+    def sweep(self, out: RangeScan) -> None:
+        counter = _Counter(self.data, self.runs)
+        for start, into, anchored in sorted(self.wanted, key=lambda wanted: wanted[0]):
+            line = counter.line_at(start)
+            text = decode(self.data[start : self.end_of(start) - 1], self.pattern)
+            if into is None:
+                out.hits.append((line, text, anchored))
+            else:
+                into.append((line, text))
+        out.newlines = counter.line_at(len(self.data)) - 1
+
+
+class _Counter:
+    """Line numbers at increasing offsets of a stretch whose runs' line counts are known."""
+
+    def __init__(self, data: bytes, runs: list[tuple[int, int, int]]) -> None:
+        self.data = data
+        self.runs = runs
+        self.next = 0  # the first run not yet passed
+        self.position = 0
+        self.line = 1
+        self.run_line = 1  # the line number where runs[next] starts, once reached
+
+    def line_at(self, offset: int) -> int:
+        data = self.data
+        while self.next < len(self.runs) and self.runs[self.next][1] <= offset:
+            begin, finish, lines = self.runs[self.next]
+            if self.position <= begin:
+                self.run_line = self.line + data.count(b"\n", self.position, begin)
+            self.line, self.position = self.run_line + lines, finish
+            self.next += 1
+        if self.next < len(self.runs) and self.runs[self.next][0] < offset:
+            begin, finish, lines = self.runs[self.next]
+            if self.position <= begin:
+                self.run_line = self.line + data.count(b"\n", self.position, begin)
+                self.line, self.position = self.run_line, begin
+            if offset - self.position <= finish - offset:
+                self.line += data.count(b"\n", self.position, offset)
+            else:
+                self.line = self.run_line + lines - data.count(b"\n", offset, finish)
+        else:
+            self.line += data.count(b"\n", self.position, offset)
+        self.position = offset
+        return self.line
 
 
 def last_line(path: Path, limit: int = 200) -> str:

@@ -1,11 +1,20 @@
-"""Read logs of any size into signals and tracebacks with bounded memory.
+"""Read logs of any size into signals, series and tracebacks with bounded memory.
 
-One pass per file: a DFA (RE2) looks for the anchors of every signature and block
-at disk speed, and only the lines around a hit reach Python (`triage.readers.log_prefilter`).
-Hits are bounded per file (the first and the last ones are kept), lines are cut at a
-fixed length, and undecodable bytes are replaced, so a 10 GB log, a binary file or a
-file cut off mid-line costs bounded memory and never an exception. Torchelastic's error
-files (JSON holding a message and a traceback) are read as the text they hold.
+The first pass (`triage.readers.log_prefilter`) reads each file in stretches, on every
+core (`triage.readers.log_chunks`), and hands over the lines that hold an anchor with their
+context, and the runs of frequent lines already counted per series. Here they become what
+rules read, each line by what it is worth (`signatures.Retention`), never by where it sits:
+
+- decisive lines (NCCL WARN, errors, timeouts, exits) are kept wherever they are, the
+  first and last few per signature and writer; repeats beyond those are counted;
+- frequent lines (NCCL's per-op COLL lines) become series (`triage.readers.log_series`):
+  a count, the first and last lines and so the last value per communicator;
+- lines that hold an anchor but match no signature are noise, and counted.
+
+Memory is bounded by writers, signatures and series, not by the file. Multi-line blocks
+(tracebacks, stack dumps, launcher reports) are read by `triage.readers.log_blocks`.
+Torchelastic's error files (JSON holding a message and a traceback) are read as the text
+they hold.
 """
 
 from __future__ import annotations
@@ -15,15 +24,19 @@ import re
 import tempfile
 import zlib
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from triage.observations import Frame, LogSignal, RankState, TracebackRecord
+from triage.observations import LogSignal, RankState, TracebackRecord
 from triage.readers import signatures
-from triage.readers.log_prefilter import MAX_LINE, hit_lines, last_line
-from triage.readers.signatures.memory import SUMMARY_TITLE, SummaryTable
-from triage.readers.stacks import classify, is_user_code
+from triage.readers.log_blocks import BlockParser, Origin
+from triage.readers.log_chunks import scan_stretches
+from triage.readers.log_prefilter import MAX_LINE, RangeScan, last_line
+from triage.readers.log_runs import writer_of
+from triage.readers.log_series import SeriesBook, Tally
+from triage.readers.stacks import classify
 
 MAX_ERROR_FILE = 16 << 20
 PER_KEY_FIRST = 3
@@ -40,53 +53,6 @@ _ELASTIC_DIR = re.compile(
     r"attempt_\d+/(?P<n>\d+)/(?:stdout|stderr)\.log$|/(?P<e>\d+)/error\.json$"
 )
 
-_TB_START = "Traceback (most recent call last):"
-_TB_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+?)\s*$')
-_FH_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>.+?)\s*$')
-_FH_START = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):")
-_PYSPY_THREAD = re.compile(
-    r'^Thread (?P<tid>\d+|0x[0-9A-Fa-f]+) \((?:idle|active)[^)]*\): "(?P<name>[^"]*)"'
-)
-_PYSPY_PROCESS = re.compile(r"^Process (?P<pid>\d+): ")
-_PYSPY_PYTHON = re.compile(r"^Python v\d+\.\d+")
-_PYSPY_FRAME = re.compile(r"^\s+(?P<func>[^\s(][^(]*?) \((?P<file>[^():]+):(?P<line>\d+)\)\s*$")
-_FR_START = "Stack trace of the failed collective:"
-_FR_FRAME = re.compile(r"^#\d+ (?P<func>\S.*?) from (?P<file>.+):(?P<line>\d+)$")
-_REPORT_ENTRY = re.compile(r"^\[\d+\]:\s*$")
-_REPORT_FIELD = re.compile(r"^\s+(?P<key>[a-z_]+)\s*:\s?(?P<value>.*)$")
-_EXC_LINE = re.compile(
-    r"^(?P<type>(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Warning|Failure))"
-    r"(?::\s?(?P<msg>.*))?$"
-)
-
-for _anchor, _after in (
-    (_TB_START, 400),
-    ("(most recent call first):", 200),
-    (' (idle): "', 200),
-    (' (active): "', 200),
-    (' (active+gil): "', 200),
-    ("Process ", 1),  # py-spy's `Process PID: cmdline`, confirmed by `Python vX.Y` below it
-    ('File "', 1),
-    ("Root Cause (first observed failure):", 12),
-    (_FR_START, 80),
-    ("Failures:", 60),
-):
-    signatures.block_anchor(_anchor, _after)
-
-
-@dataclass
-class Origin:
-    """Who wrote a line: what its prefixes and its file say."""
-
-    rank: int | None = None
-    local_rank: int | None = None
-    host: str | None = None
-    pid: int | None = None
-    device: int | None = None
-
-    def key(self) -> tuple[object, ...]:
-        return (self.rank, self.local_rank, self.host, self.pid)
-
 
 @dataclass
 class ScanResult:
@@ -97,7 +63,12 @@ class ScanResult:
     lines: int = 0
     signals: list[LogSignal] = field(default_factory=list)
     tracebacks: list[TracebackRecord] = field(default_factory=list)
+    #: Decisive lines counted but not kept: repeats beyond the first and last of their kind.
     dropped: int = 0
+    #: Frequent lines, per series; their first and last lines are among `signals`.
+    series: list[Tally] = field(default_factory=list)
+    #: Lines that held an anchor and matched no signature.
+    noise: int = 0
     last_line: str = ""
     #: The rank torchelastic's folder (`attempt_0/3/`) names, once the report ties it.
     folder_rank: int | None = None
@@ -112,6 +83,11 @@ class ScanResult:
         ranks = {s.rank for s in self.signals} | {t.rank for t in self.tracebacks}
         ranks.discard(None)
         return ranks.pop() if len(ranks) == 1 else None
+
+    @property
+    def aggregated(self) -> int:
+        """Frequent lines folded into series."""
+        return sum(tally.count for tally in self.series)
 
 
 def file_origin(path: str) -> Origin:
@@ -152,48 +128,56 @@ def split_prefix(line: str, base: Origin) -> tuple[str, Origin]:
 def scan_file(path: Path, source: Path | None = None) -> ScanResult:
     """Signals and tracebacks of one file; `source` names the file it was extracted from
     (its name and folder still tell the rank)."""
-    lines, total, dropped = hit_lines(path)
-    named = source or path
-    result = ScanResult(
-        path=str(named),
-        size=named.stat().st_size,
-        lines=total,
-        dropped=dropped,
-        last_line=last_line(path),
-    )
-    base = file_origin(str(named))
-    parser = _BlockParser(str(named))
-    bounded = _Bounded()
-    previous = 0
-    for number, raw in lines:
-        if number != previous + 1:
-            parser.reset()
-        previous = number
-        text, origin = split_prefix(raw, base)
-        for sig, fields in signatures.matches(text):
-            bounded.add(_signal(sig, fields, text, str(named), number, origin))
-        parser.feed(number, text, origin)
-    parser.reset()
-    for number, text, origin in parser.joined:
-        for sig, fields in signatures.matches(text):
-            bounded.add(_signal(sig, fields, text, str(named), number, origin))
-    result.signals = bounded.items()
-    result.tracebacks = parser.records
+    reader = _Reader(path, source or path)
+    for _, scan in scan_stretches([(path, path.stat().st_size)]):
+        reader.read(scan)
+    result = reader.finish()
     learn_ranks([result])
     return result
 
 
-def scan_log(path: Path) -> ScanResult:
-    """Signals and tracebacks of one log; torchelastic error files are JSON holding a
-    message and a traceback: those are read as text."""
-    if path.stat().st_size <= MAX_ERROR_FILE and path.suffix == ".json":
+def scan_files(paths: Sequence[Path]) -> list[ScanResult | OSError]:
+    """Every log, in order, read on every core; a file that cannot be read is its error.
+    Torchelastic's error files are JSON holding a message and a traceback: those are read
+    as text. Ranks are learned across all the files."""
+    out: list[ScanResult | OSError | None] = []
+    readers: deque[tuple[int, int, _Reader]] = deque()  # (index in `plain`, in `out`, reader)
+    plain: list[tuple[Path, int]] = []
+    for path in paths:
         try:
-            payload = json.loads(path.read_text(errors="replace"))
-        except (ValueError, UnicodeDecodeError):
-            payload = None
-        if isinstance(payload, dict) and isinstance(payload.get("message"), (dict, str)):
-            return _scan_elastic_error(path, payload)
-    return scan_file(path)
+            size = path.stat().st_size
+            elastic = _elastic_error(path, size)
+            reader = _Reader(path, path) if elastic is None else None
+        except OSError as exc:
+            out.append(exc)
+            continue
+        if reader is not None:
+            readers.append((len(plain), len(out), reader))
+            plain.append((path, size))
+        out.append(elastic)
+    for index, scan in scan_stretches(plain):
+        while readers[0][0] < index:  # a file's stretches come together: this one is done
+            _, place, reader = readers.popleft()
+            out[place] = reader.error or reader.finish()
+        readers[0][2].read(scan)
+    for _, place, reader in readers:
+        out[place] = reader.error or reader.finish()
+    done = [item for item in out if item is not None]
+    learn_ranks([item for item in done if isinstance(item, ScanResult)])
+    return done
+
+
+def _elastic_error(path: Path, size: int) -> ScanResult | None:
+    """A torchelastic error file read as the text it holds; None for any other file."""
+    if size > MAX_ERROR_FILE or path.suffix != ".json":
+        return None
+    try:
+        payload = json.loads(path.read_text(errors="replace"))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if isinstance(payload, dict) and isinstance(payload.get("message"), (dict, str)):
+        return _scan_elastic_error(path, payload)
+    return None
 
 
 def _scan_elastic_error(path: Path, payload: dict[str, Any]) -> ScanResult:
@@ -233,27 +217,18 @@ def dump_state(record: TracebackRecord) -> RankState | None:
     return classify(record.frames, pid=pid, rank=record.rank, host=record.host or "")
 
 
-def _signal(
-    sig: signatures.Signature,
-    fields: dict[str, Any],
-    text: str,
-    path: str,
-    number: int,
-    origin: Origin,
-) -> LogSignal:
-    rank = origin.rank
-    if (
-        rank is None
-        and isinstance(fields.get("rank"), (int, str))
-        and str(fields["rank"]).isdigit()
-    ):
-        rank = int(fields["rank"])
+#: A matched line before it becomes a LogSignal: (signature, fields, text, line, origin).
+_Match = tuple[signatures.Signature, dict[str, Any], str, int, Origin]
+
+
+def _signal(match: _Match, path: str) -> LogSignal:
+    sig, fields, text, number, origin = match
     return LogSignal(
         signature=sig.name,
         text=text[:MAX_LINE].strip(),
         path=path,
         line=number,
-        rank=rank,
+        rank=_rank(origin, fields),
         local_rank=origin.local_rank,
         host=origin.host,
         pid=origin.pid,
@@ -263,24 +238,118 @@ def _signal(
     )
 
 
+def _rank(origin: Origin, fields: dict[str, Any]) -> int | None:
+    """The rank a line's prefix names, else the one its own text names."""
+    named = fields.get("rank")
+    if origin.rank is None and isinstance(named, (int, str)) and str(named).isdigit():
+        return int(named)
+    return origin.rank
+
+
 class _Bounded:
-    """The first and the last few signals per (signature, rank): 1M identical lines read as 15."""
+    """The first and the last few signals per (signature, writer): 1M identical lines read
+    as 15, and the rest are counted. Only the kept ones become LogSignals."""
 
     def __init__(self) -> None:
-        self.first: dict[tuple[object, ...], list[LogSignal]] = {}
-        self.last: dict[tuple[object, ...], deque[LogSignal]] = {}
+        self.first: dict[tuple[object, ...], list[_Match]] = {}
+        self.last: dict[tuple[object, ...], deque[_Match]] = {}
+        self.dropped = 0
 
-    def add(self, item: LogSignal) -> None:
-        key = (item.signature, item.rank, item.local_rank, item.pid)
+    def add(self, match: _Match) -> None:
+        sig, fields, _, _, origin = match
+        key = (sig.name, _rank(origin, fields), origin.local_rank, origin.pid)
         first = self.first.setdefault(key, [])
         if len(first) < PER_KEY_FIRST:
-            first.append(item)
-        else:
-            self.last.setdefault(key, deque(maxlen=PER_KEY_LAST)).append(item)
+            first.append(match)
+            return
+        last = self.last.setdefault(key, deque(maxlen=PER_KEY_LAST))
+        self.dropped += len(last) == PER_KEY_LAST
+        last.append(match)
 
-    def items(self) -> list[LogSignal]:
-        out = [s for key in self.first for s in self.first[key] + list(self.last.get(key, ()))]
-        return sorted(out, key=lambda s: s.line)
+    def signals(self, path: str) -> list[LogSignal]:
+        return [
+            _signal(match, path)
+            for key, first in self.first.items()
+            for match in first + list(self.last.get(key, ()))
+        ]
+
+
+class _Reader:
+    """One file's stretches, in file order, into its ScanResult."""
+
+    def __init__(self, path: Path, named: Path) -> None:
+        self.path = str(named)
+        self.result = ScanResult(path=self.path, size=named.stat().st_size)
+        self.result.last_line = last_line(path)
+        self.origin = file_origin(self.path)
+        self.parser = BlockParser(self.path)
+        self.bounded = _Bounded()
+        self.book = SeriesBook()
+        self.base = 0  # newlines before the stretch being read
+        self.fed = 0  # the last line the block parser saw
+        self.unterminated = False
+        self.error: OSError | None = None
+
+    def read(self, scan: RangeScan) -> None:
+        if scan.error or self.error:
+            self.error = self.error or OSError(0, scan.error)
+            return
+        for number, raw, anchored in scan.hits:
+            text, origin = split_prefix(raw, self.origin)
+            found = self._match(self.base + number, text, origin, writer_of(raw))
+            self.result.noise += anchored and not found
+            self._feed(self.base + number, text, origin)
+        for number, raw in scan.overflow:
+            if self.base + number > self.fed:
+                self._feed(self.base + number, *split_prefix(raw, self.origin))
+        for key, part in scan.series.items():
+            sig = signatures.SIGNATURES[key[0]]
+            self.book.add_count(key, part.count)
+            for number, raw in dict(part.first + part.last).items():
+                text, origin = split_prefix(raw, self.origin)
+                fields = sig.match(text)
+                if fields is not None:
+                    match = (sig, fields, text, self.base + number, origin)
+                    self.book.add(_signal(match, self.path), key, counted=False)
+        self.book.close_stretch()
+        self.base += scan.newlines
+        self.unterminated = scan.unterminated
+
+    def finish(self) -> ScanResult:
+        self.parser.reset()
+        for number, text, origin in self.parser.joined:
+            self._match(number, text, origin)
+        self.book.close_stretch()
+        result = self.result
+        result.lines = self.base + self.unterminated
+        result.series = list(self.book.tallies.values())
+        kept = self.bounded.signals(self.path) + [s for t in result.series for s in t.kept()]
+        result.signals = sorted(kept, key=lambda s: s.line)
+        result.tracebacks = self.parser.records
+        result.dropped = self.bounded.dropped
+        return result
+
+    def _match(self, number: int, text: str, origin: Origin, writer: str = "") -> bool:
+        """Signals of one line, each kept by its signature's retention."""
+        found = False
+        for sig, fields in signatures.matches(text):
+            found = True
+            match = (sig, fields, text, number, origin)
+            if sig.series is None:
+                self.bounded.add(match)
+            else:
+                key = (sig.name, writer, str(fields.get(sig.series.key)))
+                self.book.add(_signal(match, self.path), key)
+        return found
+
+    def _feed(self, number: int, text: str, origin: Origin) -> None:
+        """A line for the block parsers, once, in order; a gap closes the open blocks."""
+        if number <= self.fed:
+            return
+        if number != self.fed + 1:
+            self.parser.reset()
+        self.parser.feed(number, text, origin)
+        self.fed = number
 
 
 def learn_ranks(results: list[ScanResult]) -> None:
@@ -322,220 +391,3 @@ def learn_ranks(results: list[ScanResult]) -> None:
             if item.rank is None and item.local_rank is not None and one_node:
                 candidates = by_local.get(item.local_rank, set())
                 item.rank = next(iter(candidates)) if len(candidates) == 1 else None
-
-
-class _BlockParser:
-    """Tracebacks and stack dumps, one open block per writer (interleaved ranks stay apart)."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.open: dict[tuple[object, ...], _Block] = {}
-        self.records: list[TracebackRecord] = []
-        self.pyspy_pid: int | None = None
-        self.pyspy_header: int | None = None
-        self.joined: list[tuple[int, str, Origin]] = []
-        self.seen: dict[tuple[object, ...], int] = {}
-        self.fr_key: tuple[object, ...] | None = None
-        self.report: tuple[int, list[str], Origin] | None = None
-        self.report_section = ""
-        self.summaries: dict[tuple[object, ...], tuple[int, Origin, SummaryTable]] = {}
-
-    def reset(self) -> None:
-        for key in list(self.summaries):
-            self._close_summary(key)
-        self.pyspy_header = None
-        for key in list(self.open):
-            self._close(key)
-        self._close_report()
-        self.report_section = ""
-
-    def feed(self, number: int, text: str, origin: Origin) -> None:
-        if self._feed_summary(number, text, origin):
-            return
-        if self._feed_report(number, text, origin):
-            return
-        key = origin.key()
-        block = self.open.get(key)
-        stripped = text.strip()
-        if _FR_START in stripped:
-            self._close(key)
-            self.open[key] = _Block("fr", number, origin, origin.pid, message=_FR_START[:-1])
-            self.fr_key = key
-            return
-        collective_frame = _FR_FRAME.match(stripped)
-        if collective_frame and self.fr_key in self.open:
-            # torch prints the frames without the rank prefix of the line announcing them
-            frame_of = collective_frame
-            self.open[self.fr_key].frames.append(
-                Frame(function=frame_of["func"], file=frame_of["file"], line=int(frame_of["line"]))
-            )
-            return
-        header, self.pyspy_header = self.pyspy_header, None
-        process = _PYSPY_PROCESS.match(stripped)
-        if process:
-            self.pyspy_header = int(process.group("pid"))
-            return
-        if header is not None and _PYSPY_PYTHON.match(stripped):
-            self.pyspy_pid = header  # the process every thread dump below belongs to
-            return
-        if (
-            stripped.startswith(_TB_START)
-            or _FH_START.match(stripped)
-            or _PYSPY_THREAD.match(stripped)
-        ):
-            self._close(key)
-            style = (
-                "tb"
-                if stripped.startswith(_TB_START)
-                else "fh"
-                if _FH_START.match(stripped)
-                else "pyspy"
-            )
-            pid = origin.pid if origin.pid is not None else self._pyspy_pid(stripped, style)
-            self.open[key] = _Block(style, number, origin, pid)
-            return
-        frame = _TB_FRAME.match(text) or _FH_FRAME.match(text)
-        if block is None:
-            if frame:  # frames without a header: a pasted excerpt of a traceback or dump
-                style = "tb" if _TB_FRAME.match(text) else "fh"
-                block = self.open[key] = _Block(style, number, origin, origin.pid)
-            else:
-                return
-        if block.style == "pyspy":
-            spy = _PYSPY_FRAME.match(text)
-            if spy:
-                block.frames.append(
-                    Frame(function=spy["func"], file=spy["file"], line=int(spy["line"]))
-                )
-            elif stripped and not text[:1].isspace():  # `--locals` lines are indented
-                self._close(key)
-            return
-        if frame:
-            block.frames.append(
-                Frame(function=frame["func"], file=frame["file"], line=int(frame["line"]))
-            )
-            return
-        if block.style == "tb":
-            # The exception line ends a traceback; it is indented when a launcher report
-            # quotes the traceback. Any other unindented line ends it without a message.
-            exc = _EXC_LINE.match(stripped)
-            if exc:
-                block.exception, block.message = exc["type"], (exc["msg"] or "").strip()
-                self._close(key)
-            elif stripped and not text[:1].isspace() and block.frames:
-                self._close(key)
-            return
-        if stripped and not text[:1].isspace():
-            self._close(key)
-
-    def _pyspy_pid(self, header: str, style: str) -> int | None:
-        """The process of a py-spy thread dump: its `Process PID:` header, else the id of its
-        main thread, which on Linux py-spy prints as the OS thread id, the process's pid."""
-        if style != "pyspy":
-            return None
-        if self.pyspy_pid is not None:
-            return self.pyspy_pid
-        thread = _PYSPY_THREAD.match(header)
-        if thread and thread["name"] == "MainThread" and thread["tid"].isdigit():
-            return int(thread["tid"])
-        return None
-
-    def _feed_report(self, number: int, text: str, origin: Origin) -> bool:
-        """torchelastic's failure report spreads one failed rank over several lines: join them."""
-        stripped = text.strip()
-        if stripped in ("Failures:", "Root Cause (first observed failure):"):
-            self._close_report()
-            self.report_section = stripped
-            return True
-        if not self.report_section:
-            return False
-        if _REPORT_ENTRY.match(stripped):
-            self._close_report()
-            self.report = (number, [], origin)
-            return True
-        field_line = _REPORT_FIELD.match(text)
-        if field_line and self.report is not None:
-            self.report[1].append(f"{field_line['key']} : {field_line['value'].strip()}")
-            return True
-        self._close_report()
-        if stripped.startswith(("---", "===")) or stripped == "<NO_OTHER_FAILURES>":
-            return True
-        self.report_section = ""
-        return False
-
-    def _feed_summary(self, number: int, text: str, origin: Origin) -> bool:
-        """A torch.cuda.memory_summary() table spreads one device's counters over ~45 rows:
-        join them into one line for `memory.summary`."""
-        key = origin.key()
-        if SUMMARY_TITLE in text:
-            self._close_summary(key)
-            self.summaries[key] = (number, origin, SummaryTable(text))
-            return True
-        table = self.summaries.get(key)
-        if table is None:
-            return False
-        if not table[2].feed(text):
-            self._close_summary(key)
-            return False
-        if table[2].done:
-            self._close_summary(key)
-        return True
-
-    def _close_summary(self, key: tuple[object, ...]) -> None:
-        opened = self.summaries.pop(key, None)
-        text = opened[2].text() if opened else None
-        if opened and text:
-            self.joined.append((opened[0], text, opened[1]))
-
-    def _close_report(self) -> None:
-        if self.report is None:
-            return
-        number, fields, origin = self.report
-        self.report = None
-        if fields:
-            first = " first observed failure" if self.report_section.startswith("Root") else ""
-            self.joined.append((number, " ".join(fields) + first, origin))
-
-    def _close(self, key: tuple[object, ...]) -> None:
-        block = self.open.pop(key, None)
-        if block is None or not block.frames:
-            return
-        same = (block.origin.key(), block.exception, tuple(f.key() for f in block.frames[:8]))
-        self.seen[same] = self.seen.get(same, 0) + 1
-        if self.seen[same] > PER_KEY_FIRST:  # a traceback repeated every step reads as one
-            return
-        frames = list(reversed(block.frames)) if block.style == "tb" else block.frames
-        user = next((f for f in frames if is_user_code(f.file)), None)
-        self.records.append(
-            TracebackRecord(
-                path=self.path,
-                line=block.start,
-                rank=block.origin.rank,
-                local_rank=block.origin.local_rank,
-                host=block.origin.host,
-                pid=block.pid,
-                exception=block.exception,
-                message=block.message[:MAX_LINE],
-                frames=frames[:200],
-                user_frame=user,
-                dump=block.style != "tb" or _interrupted(block.exception),
-            )
-        )
-
-
-def _interrupted(exception: str | None) -> bool:
-    """Ctrl-C or a launcher's SIGTERM stops a waiting rank where it waits: its traceback
-    is a stack dump, not the failure."""
-    name = (exception or "").rsplit(".", 1)[-1]
-    return name in ("KeyboardInterrupt", "SignalException")
-
-
-@dataclass
-class _Block:
-    style: str
-    start: int
-    origin: Origin
-    pid: int | None
-    frames: list[Frame] = field(default_factory=list)
-    exception: str | None = None
-    message: str = ""

@@ -156,21 +156,41 @@ def _int(env: dict[str, str], *names: str) -> int | None:
     return None
 
 
-def _launcher(proc: psutil.Process) -> tuple[str | None, int | None]:
-    """Walk up the parents to the first process that looks like a launcher."""
+#: Launchers already found above a parent process, by the parent's pid (see `_launcher`).
+Launchers = dict[int, tuple[str | None, int | None]]
+
+
+def _launcher(
+    proc: psutil.Process, above: Launchers | None = None
+) -> tuple[str | None, int | None]:
+    """Walk up the parents to the first process that looks like a launcher. `above` keeps
+    what was found over each parent: a job's ranks share theirs, and walking the same
+    chain of parents again for each of 64 ranks cost more than reading the ranks."""
     own = " ".join(cmdline(proc))
     try:
-        parents = proc.parents()
+        parent = proc.parent()
     except psutil.Error:
-        parents = []
+        parent = None
     if "multiprocessing" in own and ("spawn_main" in own or "--multiprocessing-fork" in own):
-        return "mp.spawn", parents[0].pid if parents else None
-    for parent in parents:
-        words = " ".join(cmdline(parent))
-        for name, needles in LAUNCHERS:
-            if any(needle in words for needle in needles):
-                return name, parent.pid
-    return None, None
+        return "mp.spawn", parent.pid if parent else None
+    if parent is None:
+        return None, None
+    if above is not None and parent.pid in above:
+        return above[parent.pid]
+    try:
+        chain = [parent, *parent.parents()]
+    except psutil.Error:
+        chain = []
+    found: tuple[str | None, int | None] = (None, None)
+    for process in chain:
+        words = " ".join(cmdline(process))
+        name = next((n for n, needles in LAUNCHERS if any(x in words for x in needles)), None)
+        if name is not None:
+            found = (name, process.pid)
+            break
+    if above is not None:
+        above[parent.pid] = found
+    return found
 
 
 def launcher_of(pid: int) -> int | None:
@@ -201,12 +221,13 @@ def _job_id(env: dict[str, str]) -> str | None:
     return None
 
 
-def read_process(pid: int, host: str) -> RankProcess:
-    """One process's place in the job; raises psutil errors for the caller to explain."""
+def read_process(pid: int, host: str, launchers: Launchers | None = None) -> RankProcess:
+    """One process's place in the job; raises psutil errors for the caller to explain.
+    `launchers` carries the launchers found from one call to the next (`_launcher`)."""
     proc = psutil.Process(pid)
     status = proc.status()
     env = proc.environ() if status != psutil.STATUS_ZOMBIE else {}
-    launcher, launcher_pid = _launcher(proc)
+    launcher, launcher_pid = _launcher(proc, launchers)
     rank = _int(env, *RANK_VARIABLES)
     return RankProcess(
         pid=pid,
@@ -265,11 +286,12 @@ def same_job_on_host(
     nodes share a host (Slurm's multiple slurmd, a test), another node's ranks are its own."""
     found = []
     me = os.getpid()
+    launchers: Launchers = {}
     for proc in psutil.process_iter(["pid"]):  # torch renames ranks' threads: no name filter
         if proc.pid in known or proc.pid == me:
             continue
         try:
-            info = read_process(proc.pid, host)
+            info = read_process(proc.pid, host, launchers)
         except (psutil.Error, OSError):
             continue
         if info.job_id not in job_ids or info.rank is None:

@@ -6,7 +6,10 @@ light: `start_early` runs before the CLI has imported anything (so JSON and the 
 pool are imported only when a dump is read).
 
 py-spy pauses a process for a few milliseconds to read its stacks; it never changes
-it. `dump_all` dumps ranks in parallel so 64 ranks take about as long as one.
+it. `dump_all` dumps ranks in parallel so 64 ranks take about as long as one. Only one
+tracer can pause a process at a time: a dump that finds another one attached (a second
+triage, gdb, strace) keeps trying for a few seconds, then names that tracer (`tracer_of`)
+instead of blaming permissions.
 """
 
 from __future__ import annotations
@@ -22,6 +25,13 @@ PTRACE_HINT = (
     "container (docker --cap-add SYS_PTRACE), or set kernel.yama.ptrace_scope=0"
 )
 MAX_WORKERS = 32
+#: How long a dump keeps trying while another tracer holds the process: long enough for
+#: the dumps of several triage runs at once (tens of ms each, more on a loaded host),
+#: short enough that a debugger's hold costs seconds, not the dump's timeout. Pauses
+#: between tries grow from the first to the longest.
+BUSY_WAIT_S = 5.0
+FIRST_PAUSE_S = 0.02
+LONGEST_PAUSE_S = 0.25
 
 #: Dumps started before the CLI loaded, by pid: (binary, process). See `start_early`.
 _early: dict[int, tuple[str, subprocess.Popen[str]]] = {}
@@ -117,12 +127,57 @@ def take_early(py_spy: str, pid: int) -> subprocess.Popen[str] | None:
     return started[1]
 
 
+def tracer_of(pid: int) -> tuple[int, str] | None:
+    """The process tracing `pid` (/proc/PID/status TracerPid) and its name, if any."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as status:
+            fields = dict(line.partition(":")[::2] for line in status)
+        tracer = int(fields.get("TracerPid", "0").strip() or 0)
+    except (OSError, ValueError):
+        return None
+    if tracer <= 0:
+        return None
+    try:
+        with open(f"/proc/{tracer}/comm", encoding="utf-8", errors="replace") as comm:
+            name = comm.read().strip() or "?"
+    except OSError:
+        name = "?"
+    return tracer, name
+
+
+def held_by_tracer(stderr: str) -> bool:
+    """py-spy read the process but could not pause it: ptrace answers EPERM to a second
+    tracer, and a process it may read is one it may trace, so this is no permission gap."""
+    lowered = stderr.lower()
+    return "failed to suspend process" in lowered and (
+        "eperm" in lowered or "operation not permitted" in lowered
+    )
+
+
+def is_stopped(pid: int) -> bool:
+    """Whether the process is stopped (T: SIGSTOP, SIGTSTP; t: a debugger's hold): py-spy
+    cannot pause it, and waiting for its tracer will not help."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rpartition(b")")[2].split()[:1] in ([b"T"], [b"t"])
+    except OSError:
+        return False
+
+
 def explain(pid: int, stderr: str) -> tuple[str, str | None]:
     """Why py-spy could not dump `pid`, from its stderr, and what the user can do."""
     lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
     errors = [line.removeprefix("Error:").strip() for line in lines if line.startswith("Error:")]
     last = (errors or lines or ["py-spy failed without a message"])[0]
     lowered = stderr.lower()
+    if held_by_tracer(stderr):
+        tracer = tracer_of(pid)
+        held = f"holds it: {tracer[1]} (pid {tracer[0]})" if tracer else "held it at every try"
+        return (
+            f"pid {pid}: another tracer (py-spy, gdb, strace) {held}",
+            "only one tracer can pause a process: let that one finish (or detach it) and"
+            " run triage again",
+        )
     if "permission denied" in lowered or "operation not permitted" in lowered:
         return f"pid {pid}: permission denied", PTRACE_HINT
     if (
@@ -139,24 +194,37 @@ def explain(pid: int, stderr: str) -> tuple[str, str | None]:
 def dump_one(
     binary: str, pid: int, with_locals: bool, timeout_s: float, nonblocking: bool = False
 ) -> Dump:
-    """Dump one pid (taking over the dump `start_early` began, when there is one)."""
+    """Dump one pid (taking over the dump `start_early` began, when there is one). While
+    another tracer holds the process, try again after growing pauses for up to
+    BUSY_WAIT_S."""
     import json
+    import random
+    import time
 
-    early = None if with_locals or nonblocking else take_early(binary, pid)
-    try:
-        process = early or start_dump(binary, pid, with_locals, nonblocking)
-    except OSError as exc:
-        return Dump(pid, error=f"pid {pid}: py-spy could not start: {exc}")
-    try:
-        stdout, stderr = process.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.communicate()
-        return Dump(
-            pid,
-            error=f"pid {pid}: py-spy dump timed out after {timeout_s:g}s",
-            hint="the process may be in uninterruptible sleep (D state); retry, or raise --timeout",
-        )
+    process = None if with_locals or nonblocking else take_early(binary, pid)
+    deadline, pause = time.monotonic() + BUSY_WAIT_S, FIRST_PAUSE_S
+    while True:
+        try:
+            process = process or start_dump(binary, pid, with_locals, nonblocking)
+        except OSError as exc:
+            return Dump(pid, error=f"pid {pid}: py-spy could not start: {exc}")
+        try:
+            stdout, stderr = process.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+            return Dump(
+                pid,
+                error=f"pid {pid}: py-spy dump timed out after {timeout_s:g}s",
+                hint="the process may be in uninterruptible sleep (D state); retry, or raise"
+                " --timeout",
+            )
+        if process.returncode == 0 or not held_by_tracer(stderr):
+            break
+        if time.monotonic() >= deadline or is_stopped(pid):
+            break
+        time.sleep(pause * random.uniform(0.5, 1.5))  # runs started together collide again
+        pause, process = min(pause * 2, LONGEST_PAUSE_S), None
     if process.returncode != 0:
         error, hint = explain(pid, stderr)
         return Dump(pid, error=error, hint=hint)

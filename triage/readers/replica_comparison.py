@@ -47,17 +47,24 @@ class ReplicaComparison:
         self._groups: dict[str, CallTally] = {}
 
     def add(
-        self, snapshot: ProbeSnapshot, path: str, label: str, call: int, tag: str | None
+        self,
+        snapshot: ProbeSnapshot,
+        path: str,
+        label: str,
+        call: int,
+        tag: str | None,
+        shared: bool = False,
     ) -> None:
         """Tally one rank's snapshot of the call named `label`; one without a rank has
-        nothing to be compared with and is left out."""
+        nothing to be compared with and is left out. `shared`: other snapshots share its
+        tensor list (`SnapshotReader.shares`), whose tally is then worked out once."""
         if snapshot.rank is None:
             return
         group = self._groups.get(label)
         if group is None:
             group = self._groups[label] = CallTally(label, call, tag, snapshot.time)
         group.call, group.time = min(group.call, call), min(group.time, snapshot.time)
-        add_snapshot(group, snapshot, path)
+        add_snapshot(group, snapshot, path, shared)
 
     def checks(self) -> list[ReplicaCheck]:
         """One check per call, in call order."""

@@ -6,6 +6,10 @@ at the same coordinate on every Shard or Partial dim (they differ only on Replic
 dims). A shard, FSDP1's flat shard or a placement that does not fit its mesh has no
 replica to be compared with. Only checksums and norms are kept, with the ranks that
 hold each: thousands of ranks stay small. `triage.readers.replica_comparison` compares.
+
+Replicas write the same tensor list, and the reader hands every rank that wrote it the
+same list (`SnapshotReader`): where such a shared list lands in a call's tallies is
+worked out once, and each further rank holding it only joins those rank lists.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from triage.observations import MeshRecord, ProbeSnapshot, TensorRecord
+from triage.observations import MeshRecord, ProbeSnapshot, TensorRecord, TensorStats
 from triage.readers.dtensor_placements import mesh_coordinate, parse_placement, placement_problem
 
 FSDP1 = "FullyShardedDataParallel"
@@ -53,10 +57,26 @@ class CallTally:
     partial: dict[str, None] = field(default_factory=dict)
     meshes: dict[MeshKey, tuple[MeshRecord, list[int]]] = field(default_factory=dict)
     outside_mesh: dict[MeshKey, list[int]] = field(default_factory=dict)
+    shared: dict[int, SharedTally] = field(default_factory=dict)
 
 
-def add_snapshot(group: CallTally, snapshot: ProbeSnapshot, path: str) -> None:
-    """Tally one ranked snapshot of the call: its copies, gradients, NaN/Inf, meshes."""
+@dataclass
+class SharedTally:
+    """Where a tensor list that ranks share lands in one call's tallies: the rank lists a
+    rank holding it joins, and its NaN/Inf counts. Valid for lists without placements on
+    models FSDP1 does not wrap, whose keys do not depend on the rank."""
+
+    tensors: list[TensorRecord]
+    backward_ran: bool
+    joins: list[list[int]]
+    nonfinite: list[tuple[dict[int, int], int]]
+
+
+def add_snapshot(
+    group: CallTally, snapshot: ProbeSnapshot, path: str, shared: bool = False
+) -> None:
+    """Tally one ranked snapshot of the call: its copies, gradients, NaN/Inf, meshes.
+    `shared`: its tensor list is one other snapshots share (see `SharedTally`)."""
     rank = snapshot.rank
     assert rank is not None
     group.ranks[rank] = path
@@ -70,30 +90,62 @@ def add_snapshot(group: CallTally, snapshot: ProbeSnapshot, path: str) -> None:
         group.meshes.setdefault(key, (mesh, []))[1].append(rank)
         if rank not in mesh.ranks:
             group.outside_mesh.setdefault(key, []).append(rank)
+    stepped = _stepped(snapshot)
+    if stepped is not None:
+        group.stepped = stepped or bool(group.stepped)
+    known = group.shared.get(id(snapshot.tensors)) if shared else None
+    if known is not None and known.tensors is snapshot.tensors and FSDP1 not in snapshot.wrappers:
+        if known.backward_ran:
+            group.grad_ranks.add(rank)
+        for ranks in known.joins:
+            ranks.append(rank)
+        for counts, count in known.nonfinite:
+            counts[rank] = count
+        return
+    tally = _tally_tensors(group, snapshot, rank)
+    rank_free = FSDP1 not in snapshot.wrappers and all(
+        t.placements is None for t in snapshot.tensors
+    )
+    if shared and rank_free:
+        group.shared[id(snapshot.tensors)] = tally
+
+
+def _tally_tensors(group: CallTally, snapshot: ProbeSnapshot, rank: int) -> SharedTally:
+    """Tally one rank's tensors, and where they landed."""
     trainable = [t for t in snapshot.tensors if t.kind == "parameter" and t.requires_grad]
     backward_ran = any(t.grad is not None for t in trainable)
     if backward_ran:
         group.grad_ranks.add(rank)
-    stepped = _stepped(snapshot)
-    if stepped is not None:
-        group.stepped = stepped or bool(group.stepped)
+    landed = SharedTally(snapshot.tensors, backward_ran, [], [])
     for tensor in snapshot.tensors:
         name = tensor.name
         group.kinds.setdefault(name, tensor.kind)
         replicas = _replica_key(group, tensor, snapshot, rank)
-        if tensor.value is not None and tensor.value.nonfinite:
-            group.nonfinite.setdefault((name, "value"), {})[rank] = tensor.value.nonfinite
-        if tensor.grad is not None and tensor.grad.nonfinite:
-            group.nonfinite.setdefault((name, "grad"), {})[rank] = tensor.grad.nonfinite
+        parts: tuple[tuple[Part, TensorStats | None], ...] = (
+            ("value", tensor.value),
+            ("grad", tensor.grad),
+        )
+        for part, stats in parts:
+            if stats is not None and stats.nonfinite:
+                counts = group.nonfinite.setdefault((name, part), {})
+                counts[rank] = stats.nonfinite
+                landed.nonfinite.append((counts, stats.nonfinite))
         if replicas is None:
             continue
         if tensor.value is not None:
-            _add(group.values, (name, replicas), tensor.value.checksum, tensor.value.norm, rank)
+            landed.joins.append(
+                _add(group.values, (name, replicas), tensor.value.checksum, tensor.value.norm, rank)
+            )
         if tensor.grad is not None:
-            _add(group.grads, (name, replicas), tensor.grad.checksum, tensor.grad.norm, rank)
+            landed.joins.append(
+                _add(group.grads, (name, replicas), tensor.grad.checksum, tensor.grad.norm, rank)
+            )
         if backward_ran and tensor.kind == "parameter" and tensor.requires_grad:
             side = group.with_grad if tensor.grad is not None else group.without_grad
-            side.setdefault(name, []).append(rank)
+            ranks = side.setdefault(name, [])
+            ranks.append(rank)
+            landed.joins.append(ranks)
+    return landed
 
 
 def _stepped(snapshot: ProbeSnapshot) -> bool | None:
@@ -118,13 +170,15 @@ def _add(
     checksum: str,
     norm: float | None,
     rank: int,
-) -> None:
+) -> list[int]:
+    """Add `rank` to the holders of `checksum`; the list it joined."""
     tally = tallies.setdefault(key, {})
     held = tally.get(checksum)
     if held is None:
-        tally[checksum] = (norm, [rank])
+        held = tally[checksum] = (norm, [rank])
     else:
         held[1].append(rank)
+    return held[1]
 
 
 def _replica_key(

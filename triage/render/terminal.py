@@ -1,19 +1,28 @@
-"""The terminal report: the verdict first, then ranks grouped by state, then the evidence."""
+"""The terminal report: the verdict first, then ranks grouped by state, then the evidence.
+
+Calm at 80 columns: a long path prefix is named once in the verdict box and every path
+under it is shown relative to it; list items wrap under their own text (a hanging indent)
+and are never cut inside a word.
+"""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
+from dataclasses import dataclass
 
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.panel import Panel
+from rich.segment import Segment, Segments
 from rich.table import Table
 from rich.text import Text
 
 from triage.grouping import merged_stacks
 from triage.models import Evidence, Finding, Location, RankGroup, Report
+from triage.printable import visible_controls
 from triage.registry import EvidenceSet
-from triage.render import confidence_label, llm_lines, short_path
-from triage.text import bound_text, format_nodes, format_ranks
+from triage.render import confidence_label, llm_lines, path_root, under_root
+from triage.text import bound_text, cut_at_word, format_nodes, format_ranks, plural
 
 # One screen (50 lines at 120 columns) holds the report of 4,096 ranks: each list is cut
 # with what it left out, and the full lists are in --json and --format markdown.
@@ -23,6 +32,12 @@ MAX_GAP_LINES = 5
 MAX_NOTE_LINES = 4
 RANKS_WIDTH = 40
 NODES_WIDTH = 30
+#: An evidence line longer than this is cut at a word, with '…'. Tools bound a log line's
+#: summary to its signature and 200 characters, which stay whole: the op of a watchdog
+#: timeout sits near their end.
+EVIDENCE_CHARS = 240
+BULLET = "  - "
+_TREE_LINE = re.compile(r"^(\s*)(\[[^\]]*\] )?(.*)$")
 
 
 def _where(location: Location | None) -> str:
@@ -33,27 +48,35 @@ def _where(location: Location | None) -> str:
     return f"{location.file}{line}{func}"
 
 
-def _verdict(finding: Finding | None, symptom: str) -> RenderableType:
+def _verdict(finding: Finding | None, symptom: str, root: str) -> RenderableType:
+    """The verdict box; its last line names the folder the report's paths are under."""
+    named = Text(f"Paths under {root}", style="dim") if root else None
     if finding is None:
-        return Panel(Text("No hypothesis: see gaps and next steps."), title=f"triage {symptom}")
+        body = Text("No hypothesis: see gaps and next steps.")
+        if named:
+            body.append("\n").append_text(named)
+        return Panel(body, title=f"triage {symptom}")
     body = Text()
     body.append(f"{finding.cause_id}", style="bold red")
     body.append(f"  confidence {confidence_label(finding.confidence)}\n", style="dim")
-    body.append(f"{finding.title}\n", style="bold")
-    body.append(f"{finding.summary}\n")
+    body.append(f"{under_root(finding.title, root)}\n", style="bold")
+    body.append(f"{under_root(finding.summary, root)}\n")
     if finding.ranks:
         body.append("Ranks: ", style="bold")
         body.append(f"{format_ranks(finding.ranks, width=100)}\n")
     if finding.location is not None:
         body.append("Where: ", style="bold")
-        body.append(f"{_where(finding.location)}\n")
+        body.append(f"{under_root(_where(finding.location), root)}\n")
     if finding.fix:
         body.append("Fix: ", style="bold green")
-        body.append(finding.fix)
+        body.append(f"{under_root(finding.fix, root)}\n")
+    if named:
+        body.append_text(named)
+    body.rstrip()
     return Panel(body, title=f"triage {symptom}: verdict", title_align="left", border_style="red")
 
 
-def _groups(report: Report) -> RenderableType | None:
+def _groups(report: Report, root: str) -> RenderableType | None:
     if not report.rank_groups:
         return None
     table = Table(title="Ranks by state", title_justify="left", expand=False, show_edge=False)
@@ -70,17 +93,22 @@ def _groups(report: Report) -> RenderableType | None:
         if pids:
             who = (who + " " if who else "") + "pid " + ",".join(map(str, pids[:4]))
         who = who or "rank ?"
-        loc = group.location
-        where = f"{short_path(loc.file)}:{loc.line}" if loc else group.detail
         nodes = [format_nodes(group.nodes, width=NODES_WIDTH)] if on_nodes else []
-        table.add_row(who, *nodes, group.state, where)
+        table.add_row(who, *nodes, group.state, under_root(_group_where(group), root))
     left = groups[MAX_GROUP_ROWS:]
     if left:
         ranks = sum(len(group.ranks) + len(group.pids) for group in left)
         table.add_row(
-            f"... {len(left)} more groups", *([""] if on_nodes else []), f"{ranks:,} ranks"
+            f"... {plural(len(left), 'more group')}",
+            *([""] if on_nodes else []),
+            plural(ranks, "rank"),
         )
     return table
+
+
+def _group_where(group: RankGroup) -> str:
+    loc = group.location
+    return f"{loc.file}:{loc.line}" if loc else group.detail
 
 
 def _culprits_first(report: Report) -> list[RankGroup]:
@@ -93,13 +121,18 @@ def _tree(report: Report) -> RenderableType | None:
     lines = merged_stacks(EvidenceSet(report.evidence), limit=12)
     if len(lines) < 2:
         return None
-    text = Text("Merged stacks (ranks share the frames above each split)\n", style="bold")
-    for line in lines:
-        text.append(f"  {line}\n", style="cyan")
-    return text
+    rows: list[RenderableType] = [
+        Text("Merged stacks (ranks share the frames above each split)", style="bold")
+    ]
+    for line in lines:  # a wrapped line continues under its frames, right of its ranks
+        match = _TREE_LINE.match(line)
+        indent, ranks, frames = match.groups() if match else ("", "", line)
+        head = Text(" " * (2 + len(indent)) + (ranks or ""), style="cyan")
+        rows.append(_Hanging(head, Text(frames, style="cyan")))
+    return Group(*rows, Text())
 
 
-def _others(report: Report) -> RenderableType | None:
+def _others(report: Report, root: str) -> RenderableType | None:
     if len(report.hypotheses) < 2:
         return None
     table = Table(title="Other hypotheses", title_justify="left", show_edge=False)
@@ -114,27 +147,41 @@ def _others(report: Report) -> RenderableType | None:
             finding.cause_id,
             confidence_label(finding.confidence),
             format_ranks(finding.ranks, width=RANKS_WIDTH) if finding.ranks else "",
-            finding.title,
+            under_root(finding.title, root),
         )
     return table
 
 
-def _bullets(
-    title: str, lines: list[str], style: str = "", wrap: bool = True
-) -> RenderableType | None:
-    """A titled list; unwrapped, each line is cut to the screen's width."""
+@dataclass(frozen=True)
+class _Hanging:
+    """A head ('  - ', '[1-3] ') and a text that wraps under itself, not under the head,
+    breaking between words: a list stays readable at 80 columns."""
+
+    head: Text
+    text: Text
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        lines = self.text.wrap(console, max(options.max_width - len(self.head), 10))
+        for number, line in enumerate(lines):
+            line.rstrip()
+            yield Text.assemble(self.head if number == 0 else " " * len(self.head), line)
+
+
+def _bullets(title: str, lines: list[str], style: str = "") -> RenderableType | None:
+    """A titled list whose items wrap with a hanging indent."""
     if not lines:
         return None
-    text = Text(f"{title}\n", style="bold", no_wrap=not wrap, overflow="ellipsis")
-    for line in lines:
-        text.append(f"  - {line}\n", style=style)
-    return text
+    items = [_Hanging(Text(BULLET, style=style), Text(line, style=style)) for line in lines]
+    return Group(Text(title, style="bold"), *items, Text())
 
 
 def _capped(lines: list[str], limit: int, what: str) -> list[str]:
     if len(lines) <= limit:
         return lines
-    return [*lines[: limit - 1], f"... {len(lines) - limit + 1} more {what} (use --json)"]
+    return [
+        *lines[: limit - 1],
+        f"... {plural(len(lines) - limit + 1, 'more ' + what)} (use --json)",
+    ]
 
 
 def _evidence_lines(report: Report) -> list[str]:
@@ -144,13 +191,11 @@ def _evidence_lines(report: Report) -> list[str]:
     ranked = sorted(report.evidence, key=lambda e: order.get(e.id, len(order)))
     lines: dict[str, list[Evidence]] = {}  # the same line teed into two logs reads once
     for item in ranked:
-        who = f"[rank {item.rank}] " if item.rank is not None else ""
-        text = f"{who}{item.summary[:160]}"
+        text = cut_at_word(_said_with_rank(item), EVIDENCE_CHARS)
         if text in lines or len(lines) < MAX_EVIDENCE_LINES:
             lines.setdefault(text, []).append(item)
     shown = [
-        f"{text}  ({', '.join(short_path(item.source) for item in items[:2])})"
-        for text, items in lines.items()
+        f"{text}  ({', '.join(item.source for item in items[:2])})" for text, items in lines.items()
     ]
     kinds = Counter(item.kind for item in report.evidence)
     kinds.subtract(item.kind for items in lines.values() for item in items)
@@ -159,6 +204,13 @@ def _evidence_lines(report: Report) -> list[str]:
         more = sum(kinds.values())
         shown.append(f"... {more:,} more: {left} (use --json or --format markdown)")
     return shown
+
+
+def _said_with_rank(item: Evidence) -> str:
+    """The summary, led by its rank unless it names the rank itself ('rank 2: ...')."""
+    if item.rank is None or re.match(rf"ranks? {item.rank}\b", item.summary):
+        return item.summary
+    return f"[rank {item.rank}] {item.summary}"
 
 
 def _llm(report: Report) -> RenderableType | None:
@@ -171,22 +223,51 @@ def _llm(report: Report) -> RenderableType | None:
 
 
 def build(report: Report) -> Group:
-    gaps = [f"{g.source}: {g.reason}" + (f" ({g.hint})" if g.hint else "") for g in report.gaps]
     fix = report.verdict.fix if report.verdict else ""
     steps = [step for step in report.next_steps if not (fix and step.endswith(fix))]
+    evidence = _evidence_lines(report)
+    # a gap's hint is a next step already, or left out there as not fitting this job
+    gaps = _capped([f"{g.source}: {g.reason}" for g in report.gaps], MAX_GAP_LINES, "gap")
+    notes = _capped(report.notes, MAX_NOTE_LINES, "note")
+    root = _root(report, [*evidence, *gaps, *steps, *notes])
     parts = [
-        _verdict(report.verdict, report.symptom),
-        _groups(report),
+        _verdict(report.verdict, report.symptom, root),
+        _groups(report, root),
         _tree(report),
-        _others(report),
-        _bullets("Evidence", _evidence_lines(report), "dim", wrap=False),
-        _bullets("Gaps (not seen)", _capped(gaps, MAX_GAP_LINES, "gaps"), "yellow"),
-        _bullets("Next steps", steps),  # the verdict above says its fix
-        _bullets("Notes", _capped(report.notes, MAX_NOTE_LINES, "notes"), "dim"),
+        _others(report, root),
+        _bullets("Evidence", [under_root(line, root) for line in evidence], "dim"),
+        _bullets("Gaps (not seen)", [under_root(line, root) for line in gaps], "yellow"),
+        _bullets("Next steps", [under_root(s, root) for s in steps]),  # the verdict says its fix
+        _bullets("Notes", [under_root(note, root) for note in notes], "dim"),
         _llm(report),
     ]
     return Group(*[p for p in parts if p is not None])
 
 
+def _root(report: Report, lines: list[str]) -> str:
+    """The one folder the printed paths are shown under, chosen from the paths the report
+    names (the verdict's, the groups', the evidence's and the gaps' sources) by what it
+    saves: in the verdict box first, where a long path repeats most, else in all printed."""
+    verdict = report.verdict
+    locations = [verdict.location, *verdict.other_locations] if verdict else []
+    groups = [group.location for group in report.rank_groups]
+    paths = [loc.file for loc in [*locations, *groups] if loc is not None]
+    paths += [item.source.rsplit(":", 1)[0] for item in report.evidence]
+    paths += [gap.source for gap in report.gaps]
+    boxed = (
+        [verdict.title, verdict.summary, _where(verdict.location), verdict.fix] if verdict else []
+    )
+    wheres = [_group_where(group) for group in report.rank_groups[:MAX_GROUP_ROWS]]
+    unique = list(dict.fromkeys(paths))
+    return path_root(unique, boxed) or path_root(unique, [*boxed, *wheres, *lines])
+
+
 def print_report(report: Report, console: Console | None = None) -> None:
-    (console or Console()).print(build(report))
+    """Print the report; the control characters of the text it shows (an escape sequence in
+    a file name or a log line) come out as `\\x1b`, and only rich's own styles are sent."""
+    console = console or Console()
+    segments = [
+        segment if segment.control else Segment(visible_controls(segment.text), segment.style)
+        for segment in console.render(build(report))
+    ]
+    console.print(Segments(segments), end="")

@@ -45,7 +45,7 @@ class _Bytes:
         if start >= self.tail_at:
             return True
         begin = min(start, self.size - TAIL_BYTES)
-        if self.complete or begin <= len(self.head) or self.size - begin > MAX_TAIL_BYTES:
+        if begin <= len(self.head) or self.size - begin > MAX_TAIL_BYTES:
             return False
         assert self.path is not None
         with open(self.path, "rb") as handle:
@@ -57,14 +57,16 @@ class _Bytes:
         return True
 
     def _holding(self, start: int, end: int) -> tuple[bytes, int]:
-        """A buffer and its file offset that hold [start, end)."""
-        if self.complete or end <= len(self.head):
+        """A buffer and its file offset that hold [start, end) of a view not yet complete."""
+        if end <= len(self.head):
             return self.head, 0
         if self._tail_from(start):
             return self.tail, self.tail_at
         return self.whole(), 0
 
     def __getitem__(self, key: slice) -> bytes:
+        if self.complete:  # most dumps fit in the head: no bookkeeping per slice
+            return self.head[key]
         start, end, _ = key.indices(self.size)
         if end <= start:
             return b""
@@ -78,10 +80,12 @@ class _Bytes:
         return self[: len(prefix)] == prefix
 
     def find(self, sub: bytes, start: int = 0, end: int | None = None) -> int:
+        if self.complete:
+            return self.head.find(sub, start, end)
         end = self.size if end is None else min(end, self.size)
         if end - start < len(sub):
             return -1
-        if not self.complete and start < len(self.head):
+        if start < len(self.head):
             found = self.head.find(sub, start, min(end, len(self.head)))
             if found >= 0 or end <= len(self.head):
                 return found
@@ -90,15 +94,12 @@ class _Bytes:
         return found + offset if found >= 0 else -1
 
     def rfind(self, sub: bytes, start: int = 0, end: int | None = None) -> int:
+        if self.complete:
+            return self.head.rfind(sub, start, end)
         end = self.size if end is None else min(end, self.size)
         if end - start < len(sub):
             return -1
-        if (
-            not self.complete
-            and end > len(self.head)
-            and self._tail_from(self.size - TAIL_BYTES)
-            and end > self.tail_at
-        ):
+        if end > len(self.head) and self._tail_from(self.size - TAIL_BYTES) and end > self.tail_at:
             found = self.tail.rfind(sub, max(0, start - self.tail_at), end - self.tail_at)
             if found >= 0 or start >= self.tail_at:
                 return found + self.tail_at if found >= 0 else -1
@@ -107,6 +108,8 @@ class _Bytes:
         return found + offset if found >= 0 else -1
 
     def count(self, sub: bytes, start: int, end: int) -> int:
+        if self.complete:
+            return self.head.count(sub, start, end)
         end = min(end, self.size)
         if end - start < len(sub):
             return 0

@@ -57,6 +57,10 @@ def _int(value: Any, default: int = 0) -> int:
     return default
 
 
+_INTS = frozenset({int})
+_STRS = frozenset({str})
+
+
 def _sizes(value: Any) -> Sizes:
     """[[1024, 1024]] -> ((1024, 1024),); anything but lists of ints becomes ()."""
     if type(value) is not list:
@@ -65,7 +69,7 @@ def _sizes(value: Any) -> Sizes:
     for dims in value[:64]:
         if type(dims) is list:
             shape = tuple(dims[:16])
-            if all(type(d) is int for d in shape):
+            if _INTS.issuperset(map(type, shape)):  # every one an int (bools are not)
                 out.append(shape)
                 continue
         out.append(())
@@ -73,7 +77,7 @@ def _sizes(value: Any) -> Sizes:
 
 
 def _strings(value: Any) -> tuple[str, ...]:
-    if type(value) is list and all(type(v) is str for v in value[:64]):
+    if type(value) is list and _STRS.issuperset(map(type, value[:64])):
         return tuple(value[:64])
     if isinstance(value, str):
         return (value,)
@@ -115,8 +119,23 @@ def _user_frame(frames: Any) -> tuple[FrameKey | None, bool]:
     return None, whole
 
 
+_OPS: dict[str, tuple[str, int | None]] = {}
+
+
+def _op(profiling: Any) -> tuple[str, int | None]:
+    """'nccl:all_reduce' -> ('all_reduce', None); 'nccl:send 0->1' -> ('send', 1)."""
+    op_text = (profiling if type(profiling) is str else str(profiling or "")).rpartition(":")[2]
+    if " " not in op_text and op_text:
+        return op_text, None
+    p2p_match = _P2P_NAME.match(op_text.strip())  # 'send 0->1', 'recv 1<-0', 'recv 3<-?'
+    if p2p_match:
+        return p2p_match.group(1), None if p2p_match.group(3) == "?" else int(p2p_match.group(3))
+    return op_text.strip().split(" ", 1)[0] or "unknown", None
+
+
 def _entry(raw: Any) -> Entry | None:
-    """An entry dict (any format version) as an Entry; None when it is not one."""
+    """An entry dict (any format version) as an Entry; None when it is not one. Every rank
+    repeats a few profiling names: each is parsed once."""
     if type(raw) is not dict:
         return None
     get = raw.get
@@ -126,39 +145,39 @@ def _entry(raw: Any) -> Entry | None:
     else:
         name, desc = str(get("pg_id", "0")), ""
     profiling = get("profiling_name")
-    op_text = (profiling if type(profiling) is str else str(profiling or "")).rpartition(":")[2]
-    op, peer = op_text, None
-    if " " in op_text or not op_text:  # 'send 0->1', 'recv 1<-0', 'recv 3<-?'
-        p2p_match = _P2P_NAME.match(op_text.strip())
-        if p2p_match:
-            op = p2p_match.group(1)
-            peer = None if p2p_match.group(3) == "?" else int(p2p_match.group(3))
-        else:
-            op = op_text.strip().split(" ", 1)[0] or "unknown"
+    parsed = _OPS.get(profiling) if type(profiling) is str else None
+    if parsed is None:
+        parsed = _op(profiling)
+        if type(profiling) is str:
+            if len(_OPS) > 4096:
+                _OPS.clear()
+            _OPS[profiling] = parsed
+    op, peer = parsed
     is_p2p = get("is_p2p")
     p2p = is_p2p if type(is_p2p) is bool else op in ("send", "recv")
-    seq = _int(get("p2p_seq_id" if p2p else "collective_seq_id", get("seq_id")), -1)
+    seq = get("p2p_seq_id" if p2p else "collective_seq_id", get("seq_id"))
     state = get("state")
     if state not in ("scheduled", "started", "completed"):
         completed = get("time_discovered_completed_ns")
         started = get("time_discovered_started_ns")
         state = "completed" if completed else "started" if started else "scheduled"
     pg_id = get("pg_id")
+    record = get("record_id")
     return Entry(
-        record=_int(get("record_id"), -1),
-        group=name,
-        desc=desc,
-        pg_id=None if pg_id is None else _int(pg_id),
-        seq=seq,
-        p2p=p2p,
-        op=op,
-        peer=peer,
-        in_sizes=_sizes(get("input_sizes")),
-        out_sizes=_sizes(get("output_sizes")),
-        in_dtypes=_strings(get("input_dtypes")),
-        out_dtypes=_strings(get("output_dtypes")),
-        state=state,
-        done=state == "completed" or get("retired") is True,
+        record if type(record) is int else _int(record, -1),
+        name,
+        desc,
+        None if pg_id is None else pg_id if type(pg_id) is int else _int(pg_id),
+        seq if type(seq) is int else _int(seq, -1),
+        p2p,
+        op,
+        peer,
+        _sizes(get("input_sizes")),
+        _sizes(get("output_sizes")),
+        _strings(get("input_dtypes")),
+        _strings(get("output_dtypes")),
+        state,
+        state == "completed" or get("retired") is True,
     )
 
 

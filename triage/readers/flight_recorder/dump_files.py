@@ -24,34 +24,44 @@ from triage.readers.safe_pickle import UntrustedPickleError, load_untrusted
 
 SNIFF_BYTES = 1 << 20  # a dump's first entry, and with it its keys, lies within
 PARALLEL_FILES = 64  # files from which reading is spread over processes
-_FR_MARKERS = (b"collective_seq_id", b"profiling_name", b"pg_config")
 
 
 def looks_like_dump(head: bytes) -> bool:
-    """A document whose first bytes carry Flight Recorder keys (its first entry has them)."""
-    return any(marker in head for marker in _FR_MARKERS)
+    """A document whose first bytes carry Flight Recorder keys (its first entry has them;
+    torch's pickles name pg_config in their first bytes)."""
+    return b"pg_config" in head or b"collective_seq_id" in head or b"profiling_name" in head
 
 
 def read_dump(path: str | Path) -> RankDump:
     """Reduce one rank's dump file; NotFlightRecorder or UnreadableDump when it is not one.
     Other documents are told apart by their head and never read whole; a dump torch
     wrote is mostly read at its head and its tail only."""
-    with open(path, "rb") as handle:
-        size = os.fstat(handle.fileno()).st_size
-        head = handle.read(size if size <= HEAD_BYTES + TAIL_BYTES else HEAD_BYTES)
+    fd = os.open(path, os.O_RDONLY)  # thousands of files: no buffered file object each
+    try:
+        size = os.fstat(fd).st_size
+        want = size if size <= HEAD_BYTES + TAIL_BYTES else HEAD_BYTES
+        head = os.read(fd, want)
+        while len(head) < want and (more := os.read(fd, want - len(head))):
+            head += more
+    finally:
+        os.close(fd)
     if not looks_like_dump(head):
         raise NotFlightRecorder
     if size > MAX_DUMP_BYTES:
         raise UnreadableDump(f"over the {MAX_DUMP_BYTES}-byte limit for dumps: not read")
-    return parse_dump(str(path), _Bytes(str(path), head, size))
+    return _parse(str(path), _Bytes(str(path), head, size))
 
 
-def parse_dump(path: str, data: bytes | _Bytes) -> RankDump:
+def parse_dump(path: str, data: bytes) -> RankDump:
     """Reduce one rank's dump from its bytes (pickle or JSON)."""
-    view = data if isinstance(data, _Bytes) else _Bytes(None, data, len(data))
-    if not looks_like_dump(view.head[:SNIFF_BYTES]):
+    if not looks_like_dump(data[:SNIFF_BYTES]):
         raise NotFlightRecorder
-    if view[:1] == b"\x80":
+    return _parse(path, _Bytes(None, data, len(data)))
+
+
+def _parse(path: str, view: _Bytes) -> RankDump:
+    """Reduce a dump whose head looked like one."""
+    if view.byte(0) == 0x80:
         fast = _fast_pickle(view)
         if fast is not None:
             header, entries, total = fast

@@ -191,14 +191,15 @@ def _fast_pickle(data: _Bytes) -> tuple[dict[str, Any], list[Any], int] | None:
         layout.prefix_memo, layout.known = source.memo, len(source.memo.copy())
         layout.pad(layout.known + 64)
         head_entries = list(header.pop("entries"))
-        tail, latest = _decode_frontier(layout, header, head_entries)
+        status = _status(header.get("pg_status"))
+        tail, latest = _decode_frontier(layout, status, head_entries)
         if not _strings_resolved([*tail, *latest]):
             # a string first recorded between the prefix and the frontier: find them all
             strings = _string_defs(data.whole(), layout.prefix_end)
             if strings is None:
                 return None
             layout.pad(max(layout.memo_size, max(strings, default=0) + 1), strings)
-            tail, latest = _decode_frontier(layout, header, head_entries)
+            tail, latest = _decode_frontier(layout, status, head_entries)
             if not _strings_resolved([*tail, *latest]):
                 return None
     except UntrustedPickleError as exc:
@@ -209,16 +210,16 @@ def _fast_pickle(data: _Bytes) -> tuple[dict[str, Any], list[Any], int] | None:
         return None
     if not tail:
         return None
-    if _int(tail[0].get("record_id"), -1) > _int(head_entries[-1].get("record_id"), -1) + 1:
+    if _record(tail[0]) > _record(head_entries[-1]) + 1:
         entries = [head_entries[0], *latest, *tail]
     else:
         entries = [*head_entries, *tail]
-    merged = {_int(e.get("record_id"), -1): e for e in entries if isinstance(e, dict)}
+    merged = {_record(e): e for e in entries if isinstance(e, dict)}
     records = sorted(merged)
     if not records or records[0] < 0:
         return None
-    head = [_int(e.get("record_id"), -1) for e in head_entries]
-    back = [_int(e.get("record_id"), -1) for e in tail]
+    head = [_record(e) for e in head_entries]
+    back = [_record(e) for e in tail]
     if head != list(range(head[0], head[0] + len(head))) or back != list(
         range(back[0], back[0] + len(back))
     ):
@@ -226,14 +227,19 @@ def _fast_pickle(data: _Bytes) -> tuple[dict[str, Any], list[Any], int] | None:
     return header, [merged[r] for r in records], back[-1] - head[0] + 1
 
 
+def _record(entry: Any) -> int:
+    record = entry.get("record_id")
+    return record if type(record) is int else _int(record, -1)
+
+
 def _decode_frontier(
-    layout: _Layout, header: dict[str, Any], head: list[Any]
+    layout: _Layout, status: Mapping[int, tuple[int, int, int]], head: list[Any]
 ) -> tuple[list[Any], list[Any]]:
-    tail = _frontier(layout, _status(header.get("pg_status")))
+    tail = _frontier(layout, status)
     if tail is None:
         raise ValueError("the frontier lies too far back")
-    if tail and _int(tail[0].get("record_id"), -1) > _int(head[-1].get("record_id"), -1) + 1:
-        return tail, _latest_per_group(layout, header, head, tail)
+    if tail and _record(tail[0]) > _record(head[-1]) + 1:
+        return tail, _latest_per_group(layout, status, head, tail)
     return tail, []
 
 
@@ -316,12 +322,11 @@ def _frontier(layout: _Layout, status: Mapping[int, tuple[int, int, int]]) -> li
 def _covers(entries: Sequence[Any], need: Mapping[int, int]) -> bool:
     """Every group with unfinished work is decoded back to before its first unfinished
     collective, and MARGIN entries precede the oldest unfinished entry."""
-    unfinished = next(
-        (i for i, e in enumerate(entries) if isinstance(e, dict) and e.get("retired") is False),
-        None,
-    )
-    if unfinished is not None and unfinished < MARGIN:
-        return False
+    for entry in entries[:MARGIN]:
+        if isinstance(entry, dict) and entry.get("retired") is False:
+            return False
+    if not need:
+        return True
     reached: dict[int, int] = {}
     for entry in entries:
         if isinstance(entry, dict) and not entry.get("is_p2p"):
@@ -332,20 +337,26 @@ def _covers(entries: Sequence[Any], need: Mapping[int, int]) -> bool:
 
 
 def _latest_per_group(
-    layout: _Layout, header: Mapping[str, Any], head: Sequence[Any], tail: Sequence[Any]
+    layout: _Layout,
+    status: Mapping[int, tuple[int, int, int]],
+    head: Sequence[Any],
+    tail: Sequence[Any],
 ) -> list[Any]:
     """The newest collective of every group the frontier does not show: its last
     sequence number is what the other ranks' alignment asks about."""
     seen = {_int(e.get("pg_id"), -1) for e in tail if isinstance(e, dict)}
+    wanted = [
+        pg for pg, (enqueued, _, _) in status.items() if pg not in seen and pg >= 0 < enqueued
+    ]
+    if not wanted:
+        return []
     key_entry = next((e for e in head if isinstance(e, dict) and "pg_id" in e), None)
     pg_key = _key_index(layout, "pg_id")
     if key_entry is None or pg_key is None:
         return []
     found = []
     data = layout.data
-    for pg_id, (enqueued, _, _) in _status(header.get("pg_status")).items():
-        if pg_id in seen or pg_id < 0 or enqueued <= 0:
-            continue
+    for pg_id in wanted:
         pattern = _ref(pg_key) + _int_op(pg_id)
         end = len(data)
         for _ in range(16):

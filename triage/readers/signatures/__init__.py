@@ -5,6 +5,12 @@ matter, and the literal anchors a fast one-pass prefilter looks for. Log tools
 scan gigabytes for the anchors only and run the full regexes on the few lines
 that carry one; rules read the matches by signature name, never by raw text.
 
+Each signature also says how its lines are kept (`Retention`): a decisive line (a WARN,
+an error, a timeout, an exit) is rare and every rank keeps it; a frequent one (NCCL's
+per-op COLL lines) names a `Series` and the scanner aggregates it without reading each
+line in Python, so a log made of millions of them still keeps its few decisive lines.
+A line that holds an anchor but matches no signature is noise: counted, not kept.
+
 Each module of this package holds one family (NCCL, c10d, CUDA memory, launchers,
 ...) and registers its signatures with `signature(...)` at import.
 """
@@ -16,6 +22,8 @@ import pkgutil
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from enum import StrEnum
+from functools import cached_property
 from typing import Any
 
 import re2  # type: ignore[import-untyped]
@@ -23,18 +31,61 @@ import re2  # type: ignore[import-untyped]
 Extract = Callable[[re.Match[str]], dict[str, Any]]
 
 
+class Retention(StrEnum):
+    """How the scanner keeps a signature's lines: what is rare is kept, what repeats is counted."""
+
+    #: Rare and decisive (WARN, errors, timeouts, exits): kept per rank, with context.
+    DECISIVE = "decisive"
+    #: Frequent and informative (per-op progress): counted per series, first, last and
+    #: latest lines kept.
+    FREQUENT = "frequent"
+
+
+@dataclass(frozen=True)
+class Series:
+    """How the fast pass takes a frequent signature's lines by the run, without Python per line.
+
+    `line` is an RE2 fragment every such line holds (the prefilter takes runs of lines that
+    hold it); `key` names the field that tells series apart (NCCL's communicator) and
+    `token` is the literal, with `{}` for the key's value, that holds it once in each line:
+    counting the token counts a series' lines. `progress` names a field that grows by one
+    from each line of a series to the next (NCCL's opCount, per communicator): where it
+    does, a series' lines in a run are its last value less its first, plus one.
+    """
+
+    line: str
+    key: str
+    token: str
+    progress: str | None = None
+
+    def token_of(self, value: str) -> bytes:
+        return self.token.format(value).encode()
+
+
 @dataclass(frozen=True)
 class Signature:
     """One recognisable failure line; `peer_symptom` marks lines that report another rank's failure."""
 
     name: str
-    pattern: re.Pattern[str]
+    regex: str
     anchors: tuple[str, ...]
     summary: str
     peer_symptom: bool = False
     context_after: int = 0
     extract: Extract | None = None
     cases: tuple[str, ...] = field(default=())
+    series: Series | None = None
+    flags: int = 0
+
+    @cached_property
+    def pattern(self) -> re.Pattern[str]:
+        """Compiled on first use: a scan compiles the few signatures whose anchors it meets,
+        and a start-up does not pay for every regex of the table."""
+        return re.compile(self.regex, self.flags)
+
+    @property
+    def retention(self) -> Retention:
+        return Retention.DECISIVE if self.series is None else Retention.FREQUENT
 
     def match(self, line: str) -> dict[str, Any] | None:
         """The fields of this signature in `line`, or None when it does not match."""
@@ -64,13 +115,23 @@ def signature(
     context_after: int = 0,
     extract: Extract | None = None,
     flags: int = 0,
+    series: Series | None = None,
 ) -> Signature:
     """Register a signature; each anchor must be a literal that occurs in every match."""
     anchors = (anchors,) if isinstance(anchors, str) else anchors
-    compiled = re.compile(pattern, flags)
-    if name in SIGNATURES and SIGNATURES[name].pattern.pattern != compiled.pattern:
+    if name in SIGNATURES and SIGNATURES[name].regex != pattern:
         raise ValueError(f"signature {name} is registered twice")
-    sig = Signature(name, compiled, anchors, summary, peer_symptom, context_after, extract)
+    sig = Signature(
+        name,
+        pattern,
+        anchors,
+        summary,
+        peer_symptom,
+        context_after,
+        extract,
+        series=series,
+        flags=flags,
+    )
     SIGNATURES[name] = sig
     return sig
 
@@ -94,20 +155,27 @@ def load() -> dict[str, Signature]:
     return SIGNATURES
 
 
+def frequent() -> list[Signature]:
+    """The signatures whose lines the fast pass aggregates by the run."""
+    return [sig for sig in load().values() if sig.retention is Retention.FREQUENT]
+
+
 def anchors() -> dict[str, int]:
     """Every anchor with the lines of context to keep after it."""
+    table = load()  # the block anchors too: `blocks` is one of the modules it imports
     out: dict[str, int] = dict(BLOCK_ANCHORS)
-    for sig in load().values():
+    for sig in table.values():
         for anchor in sig.anchors:
             out[anchor] = max(out.get(anchor, 0), sig.context_after)
     return out
 
 
-_index: tuple[int, Any, list[tuple[str, list[Signature]]]] | None = None
+_index: tuple[int, Any, list[list[Signature]]] | None = None
 
 
-def _lookup() -> tuple[Any, list[tuple[str, list[Signature]]]]:
-    """Anchors -> signatures, and one RE2 pattern that says whether a line has any anchor."""
+def _lookup() -> tuple[Any, list[list[Signature]]]:
+    """An RE2 set of every anchor (one pass over a line names all the anchors it holds) and
+    the signatures of each anchor, in the set's order."""
     global _index
     table = load()
     if _index is None or _index[0] != len(table):
@@ -115,23 +183,20 @@ def _lookup() -> tuple[Any, list[tuple[str, list[Signature]]]]:
         for sig in table.values():
             for anchor in sig.anchors:
                 by_anchor.setdefault(anchor, []).append(sig)
-        pattern = re2.compile(
-            "|".join(re.escape(a) for a in sorted(by_anchor, key=len, reverse=True))
-        )
-        _index = (len(table), pattern, list(by_anchor.items()))
+        found = re2.Set.SearchSet()
+        for anchor in by_anchor:
+            found.Add(re.escape(anchor))
+        found.Compile()
+        _index = (len(table), found, list(by_anchor.values()))
     return _index[1], _index[2]
 
 
 def matches(line: str) -> Iterator[tuple[Signature, dict[str, Any]]]:
     """Every signature matching a line: anchors first, the full regex only then."""
-    pattern, by_anchor = _lookup()
-    if not pattern.search(line):
-        return
+    found, by_anchor = _lookup()
     tried: set[str] = set()
-    for anchor, sigs in by_anchor:
-        if anchor not in line:
-            continue
-        for sig in sigs:
+    for index in sorted(found.Match(line) or ()):
+        for sig in by_anchor[index]:
             if sig.name in tried:
                 continue
             tried.add(sig.name)

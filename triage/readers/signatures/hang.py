@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from triage.readers.signatures import signature
+from triage.readers.signatures import Series, signature
 
 # torch's ProcessGroupNCCL log prefix names the reporting rank and, since 2.3, its group:
 # `[Rank 3]`, `[PG 0 Rank 3]`, `[PG 0 (default_pg) Rank 3]`, `[PG ID 0 PG GUID 0(default_pg) Rank 3]`.
@@ -255,6 +255,11 @@ signature(
     anchors=": opCount ",
     summary="NCCL_DEBUG_SUBSYS=COLL: a collective this rank enqueued, with its per-communicator opCount",
     extract=_coll,
+    # One line per collective: a COLL log is millions of them. Each communicator is a
+    # series whose last line says how far its rank got.
+    series=Series(
+        line=r"NCCL INFO [A-Za-z]+: opCount ", key="comm", token="comm {} ", progress="opcount"
+    ),
 )
 
 

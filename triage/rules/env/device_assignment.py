@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from triage.models import Finding
 from triage.readers.environment import EnvironmentView, Item, Problem, environment_view, who, worst
 from triage.registry import EvidenceSet, rule
+from triage.text import agree
 
 _FIX = (
     "Give each local rank its own GPU: leave CUDA_VISIBLE_DEVICES the same for all ranks of a "
@@ -111,13 +112,19 @@ def _problems(job: list[Item], view: EnvironmentView) -> list[Problem]:
         found.append((0.75, f"{who(f for _, f in items)} map to the same GPU {device}", items))
     if past:
         found.append(
-            (0.75, f"{who(f for _, f in past)} has a LOCAL_RANK past the GPUs it can see", past)
+            (
+                0.75,
+                f"{who(f for _, f in past)} {agree(len(past), 'have')} a LOCAL_RANK past the "
+                f"GPUs {'it' if len(past) == 1 else 'they'} can see",
+                past,
+            )
         )
     if single and not same_single:
         found.append(
             (
                 0.4,
-                f"{who(f for _, f in single)} see one GPU each but have LOCAL_RANK > 0 "
+                f"{who(f for _, f in single)} {agree(len(single), 'see')} one GPU but "
+                f"{agree(len(single), 'have')} LOCAL_RANK > 0 "
                 "(cuda:LOCAL_RANK would be an invalid ordinal)",
                 single,
             )

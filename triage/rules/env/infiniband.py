@@ -10,6 +10,7 @@ from triage.models import Finding
 from triage.observations import EnvironmentFacts
 from triage.readers.environment import environment_view, ranks_of, select_interfaces, who
 from triage.registry import EvidenceSet, rule
+from triage.text import plural
 
 LOW_MEMLOCK = 1 << 30
 _PORT = re.compile(r":\d+")
@@ -89,7 +90,7 @@ def infiniband(evidence: EvidenceSet) -> Iterator[Finding]:
         yield _finding(
             0.6,
             f"memlock limit {limit // 1024} KiB on {who(low)} is too low for RDMA "
-            f"({len(active)} active IB port(s))",
+            f"({plural(len(active), 'active IB port')})",
             low,
             evidence_ids,
             "Raise the memlock limit to unlimited for the job: `ulimit -l unlimited`, docker "

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from triage.models import Finding
 from triage.readers.environment import differing, environment_view, odd_ones, spread, who
 from triage.registry import EvidenceSet, rule
+from triage.text import agree
 
 #: Settings that override NCCL's own choice of algorithm, protocol, topology or transport.
 FORCING = frozenset(
@@ -100,7 +101,7 @@ def nccl_env_override(evidence: EvidenceSet) -> Iterator[Finding]:
     shown = ", ".join(f"{n}={facts[0].variables.get(n, '?')}" for n in forced + disabled)
     yield Finding(
         title=f"NCCL settings forced: {shown}",
-        summary=f"{who(facts)} run with {shown}, overriding NCCL's own choice of "
+        summary=f"{who(facts)} {agree(len(facts), 'run')} with {shown}, overriding NCCL's own choice of "
         + ("algorithm, protocol, topology or transport." if forced else "transport."),
         ranks=[],
         confidence=0.45 if forced else 0.3,

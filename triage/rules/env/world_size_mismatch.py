@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from triage.models import Finding
 from triage.readers.environment import Item, Problem, environment_view, who, worst
 from triage.registry import EvidenceSet, rule
+from triage.text import agree, plural
 
 _FIX = (
     "Launch every process of the job with the same WORLD_SIZE and a distinct RANK in "
@@ -68,7 +69,7 @@ def _problems(job: list[Item]) -> list[Problem]:
     if len(worlds) > 1:
         common = worlds.most_common(1)[0][0]
         odd = [(e, f) for e, f in job if f.world_size is not None and f.world_size != common]
-        sizes = ", ".join(f"{size} on {n} rank(s)" for size, n in sorted(worlds.items()))
+        sizes = ", ".join(f"{size} on {plural(n, 'rank')}" for size, n in sorted(worlds.items()))
         found.append((0.85, f"ranks disagree on WORLD_SIZE ({sizes})", odd))
     ranks = Counter(f.rank for _, f in job if f.rank is not None)
     twice = sorted(r for r, n in ranks.items() if n > 1)
@@ -82,7 +83,7 @@ def _problems(job: list[Item]) -> list[Problem]:
         found.append(
             (
                 0.85,
-                f"{who(f for _, f in outside)} is outside WORLD_SIZE={outside[0][1].world_size}",
+                f"{who(f for _, f in outside)} {agree(len(outside), 'are')} outside WORLD_SIZE={outside[0][1].world_size}",
                 outside,
             )
         )

@@ -20,7 +20,7 @@ from triage.rules.fr._stuck_groups import (
     stuck_groups,
     where,
 )
-from triage.text import format_ranks
+from triage.text import format_ranks, plural, rank_label
 
 
 @rule("fr.mismatched_collective", "hang.mismatched_collective")
@@ -91,15 +91,15 @@ def fr_mismatched_collective(evidence: EvidenceSet) -> Iterator[Finding]:
             )
         else:
             fix = (
-                f"Find what sends rank {format_ranks(ranks)} to the {ops or 'odd'}"
+                f"Find what sends {rank_label(ranks)} to the {ops or 'odd'}"
                 f" call{where(first)} while the others run another collective (no"
                 " rank-dependent `if` is around either call in the source): an early exit, an"
                 " exception handler, or data-dependent control flow."
             )
         yield Finding(
-            title=f"rank {format_ranks(ranks)} in {ops or 'another collective'} while group "
+            title=f"{rank_label(ranks)} in {ops or 'another collective'} while group "
             f"{point.group} waits in {normal.op.op if normal and normal.op else 'its collective'}",
-            summary=f"Flight Recorder, group {point.group} ({point.members} ranks), stuck at "
+            summary=f"Flight Recorder, group {point.group} ({plural(point.members, 'rank')}), stuck at "
             f"collective seq {point.seq}: {sides}."
             + (" The sides are the same size; check both call sites." if tie else ""),
             ranks=ranks,
@@ -110,6 +110,6 @@ def fr_mismatched_collective(evidence: EvidenceSet) -> Iterator[Finding]:
             confidence=round(confidence, 3),
             evidence=[item.id, *(point.side_evidence_id(s) for s in culprits)][:6],
             fix=f"Make every rank call the same collectives in the same order. {fix}",
-            confirm=f"rank {format_ranks(ranks)}'s recorded op at seq {point.seq} is "
+            confirm=f"{rank_label(ranks)}'s recorded op at seq {point.seq} is "
             f"{ops or 'another op'} (see {point.evidence_id()})",
         )

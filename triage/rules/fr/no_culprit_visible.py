@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
 from triage.rules.fr._stuck_groups import coverage, majority, stuck_groups
+from triage.text import plural
 
 
 @rule("fr.no_culprit_visible", "hang.unknown")
@@ -40,7 +41,7 @@ def fr_no_culprit_visible(evidence: EvidenceSet) -> Iterator[Finding]:
             continue
         yield Finding(
             title=f"every member of group {point.group} waits in the same collective",
-            summary=f"Flight Recorder, group {point.group} ({point.members} ranks): "
+            summary=f"Flight Recorder, group {point.group} ({plural(point.members, 'rank')}): "
             f"{normal.describe()}, and none finished it; the dumps show no culprit.",
             ranks=[],
             location=normal.op.location if normal.op else None,

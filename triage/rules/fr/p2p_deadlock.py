@@ -8,7 +8,7 @@ from pathlib import Path
 from triage.models import Finding
 from triage.observations import FROp, FRP2PWait
 from triage.registry import EvidenceSet, rule
-from triage.text import format_ranks
+from triage.text import rank_label, rank_subject
 
 
 def _at(op: FROp | None) -> str:
@@ -62,7 +62,7 @@ def fr_p2p_deadlock(evidence: EvidenceSet) -> Iterator[Finding]:
                 else "in an order that never meets"
             )
             summary = (
-                f"Flight Recorder: rank {format_ranks(ranks)} wait on each other in send/recv ({what}): "
+                f"Flight Recorder: {rank_subject(ranks, 'wait')} on each other in send/recv ({what}): "
                 + "; ".join(
                     f"rank {r} in {op.text}{_at(op)}"
                     for r, op in sorted(wait.ops.items())
@@ -75,14 +75,14 @@ def fr_p2p_deadlock(evidence: EvidenceSet) -> Iterator[Finding]:
                 wait.sink_state, "is blocked elsewhere"
             )
             summary = (
-                f"Flight Recorder: rank {format_ranks(wait.ranks)} wait in send/recv with rank "
+                f"Flight Recorder: {rank_subject(wait.ranks, 'wait')} in send/recv with rank "
                 f"{wait.sink}, which posted no matching op and {doing}"
                 + (f" ({first.text}{_at(first)})" if first else "")
                 + "."
             )
             confidence = 0.7
         yield Finding(
-            title=f"send/recv of rank {format_ranks(sorted({*wait.ranks, *ranks}))} never match",
+            title=f"send/recv of {rank_label(sorted({*wait.ranks, *ranks}))} never match",
             summary=summary,
             ranks=ranks,
             location=first.location if first else None,
@@ -93,5 +93,5 @@ def fr_p2p_deadlock(evidence: EvidenceSet) -> Iterator[Finding]:
             evidence=[item.id],
             fix="Order the exchange so every send meets a recv: even ranks send first and odd "
             "ranks receive first, or use isend/irecv (batch_isend_irecv) and wait on both.",
-            confirm=f"rank {format_ranks(ranks)}'s stacks are in send/recv",
+            confirm=f"{rank_label(ranks)}'s stacks are in send/recv",
         )

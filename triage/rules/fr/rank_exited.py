@@ -8,7 +8,7 @@ from triage.models import Finding
 from triage.observations import FRP2PWait
 from triage.registry import EvidenceSet, rule
 from triage.rules.fr._stuck_groups import majority, stuck_groups
-from triage.text import format_ranks
+from triage.text import plural, rank_label, rank_subject
 
 
 @rule("fr.rank_exited", "hang.rank_exited")
@@ -51,17 +51,18 @@ def fr_rank_exited(evidence: EvidenceSet) -> Iterator[Finding]:
         )
         waiting = normal.describe() if normal else "the dumped members wait"
         yield Finding(
-            title=f"rank {format_ranks(ranks)} left no Flight Recorder dump while its group waits",
-            summary=f"Flight Recorder, group {point.group} ({point.members} ranks), stuck at "
-            f"collective seq {point.seq}: {waiting}; rank {format_ranks(ranks)} left no dump: "
+            title=f"{rank_label(ranks)} left no Flight Recorder dump while "
+            f"{'its' if len(ranks) == 1 else 'their'} group waits",
+            summary=f"Flight Recorder, group {point.group} ({plural(point.members, 'rank')}), stuck at "
+            f"collective seq {point.seq}: {waiting}; {rank_label(ranks)} left no dump: "
             "it exited, crashed, or its dump was not collected.",
             ranks=ranks,
             location=normal.op.location if normal and normal.op else None,
             confidence=0.35 if other else 0.55,
             evidence=[item.id, *(point.side_evidence_id(s) for s in gone)][:6],
-            fix=f"Read rank {format_ranks(ranks)}'s own log or the launcher's exit report for "
+            fix=f"Read {rank_label(ranks)}'s own log or the launcher's exit report for "
             "its traceback, exit code or signal; -9/SIGKILL usually means the host OOM killer.",
-            confirm=f"rank {format_ranks(ranks)} has no live process (the launcher reports its "
+            confirm=f"{rank_subject(ranks, 'have')} no live process (the launcher reports its "
             "exit) rather than a dump left on another host",
         )
     for item, wait in evidence.payloads(FRP2PWait):
@@ -69,7 +70,7 @@ def fr_rank_exited(evidence: EvidenceSet) -> Iterator[Finding]:
             continue
         yield Finding(
             title=f"rank {wait.sink} left no dump while ranks wait to exchange with it",
-            summary=f"Flight Recorder: rank {format_ranks(wait.ranks)} wait in send/recv with "
+            summary=f"Flight Recorder: {rank_subject(wait.ranks, 'wait')} in send/recv with "
             f"rank {wait.sink}, which left no dump.",
             ranks=[wait.sink],
             confidence=0.5,

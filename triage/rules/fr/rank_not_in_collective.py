@@ -15,7 +15,7 @@ from triage.rules.fr._stuck_groups import (
     stuck_groups,
     where,
 )
-from triage.text import format_ranks
+from triage.text import plural, rank_label, rank_subject
 
 
 @rule("fr.rank_not_in_collective", "hang.rank_not_in_collective")
@@ -77,9 +77,9 @@ def fr_rank_not_in_collective(evidence: EvidenceSet) -> Iterator[Finding]:
                 else ""
             )
             yield Finding(
-                title=f"rank {format_ranks(ranks)} never reached collective seq {point.seq} "
+                title=f"{rank_label(ranks)} never reached collective seq {point.seq} "
                 f"of group {point.group}",
-                summary=f"Flight Recorder, group {point.group} ({point.members} ranks), stuck at "
+                summary=f"Flight Recorder, group {point.group} ({plural(point.members, 'rank')}), stuck at "
                 f"collective seq {point.seq}: {waiting}; "
                 + "; ".join(s.describe() for s in idle)
                 + "."
@@ -91,20 +91,23 @@ def fr_rank_not_in_collective(evidence: EvidenceSet) -> Iterator[Finding]:
                     (0.45 if crowd else 0.85 if all_wait else 0.7) * coverage(point), 3
                 ),
                 evidence=[item.id, *(point.side_evidence_id(s) for s in idle)][:6],
-                fix=f"Find what rank {format_ranks(ranks)} does after {last} (dump its stack: "
+                fix=f"Find what {rank_subject(ranks, 'do')} after {last} (dump its stack: "
                 "`triage hang --pids` or py-spy dump); make every rank reach the collective"
                 f"{where(normal)}.",
-                confirm=f"rank {format_ranks(ranks)}'s stack is outside any collective "
+                confirm=f"{rank_label(ranks)}'s stack is outside any collective "
                 "(compute, data loading, I/O, a lock)",
             )
         if lagging:
             ranks = ranks_of(lagging)
             behind = lagging[0].state == "behind"
             yield Finding(
-                title=f"rank {format_ranks(ranks)} "
-                + ("is behind in" if behind else "'s GPU never started")
+                title=(
+                    f"{rank_subject(ranks, 'are')} behind in"
+                    if behind
+                    else f"{rank_label(ranks)}'s GPU never started"
+                )
                 + f" collective seq {point.seq} of group {point.group}",
-                summary=f"Flight Recorder, group {point.group} ({point.members} ranks), stuck at "
+                summary=f"Flight Recorder, group {point.group} ({plural(point.members, 'rank')}), stuck at "
                 f"collective seq {point.seq}: {waiting}; "
                 + "; ".join(s.describe() for s in lagging)
                 + ": its stream or host is stuck on earlier work.",
@@ -112,8 +115,8 @@ def fr_rank_not_in_collective(evidence: EvidenceSet) -> Iterator[Finding]:
                 location=location(lagging[0]),
                 confidence=round(0.6 * coverage(point), 3),
                 evidence=[item.id, *(point.side_evidence_id(s) for s in lagging)][:6],
-                fix=f"Look at rank {format_ranks(ranks)}'s GPU: a kernel that never finishes, "
+                fix=f"Look at {rank_label(ranks)}'s GPU: a kernel that never finishes, "
                 "a GPU fault (dmesg Xid), or a wait on another stream before the collective.",
-                confirm=f"rank {format_ranks(ranks)}'s GPU is busy (nvidia-smi) or its "
+                confirm=f"{rank_label(ranks)}'s GPU is busy (nvidia-smi) or its "
                 "host logged an Xid error",
             )

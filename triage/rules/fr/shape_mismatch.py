@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
 from triage.rules.fr._stuck_groups import coverage, location, ranks_of, split, stuck_groups, where
-from triage.text import format_ranks
+from triage.text import plural, rank_label
 
 
 def _shape(side: object) -> str:
@@ -57,8 +57,8 @@ def fr_shape_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
         first = odd[0]
         op = first.op.op if first.op else "the collective"
         yield Finding(
-            title=f"rank {format_ranks(ranks)} entered {op} with other sizes or dtypes",
-            summary=f"Flight Recorder, group {point.group} ({point.members} ranks), stuck at "
+            title=f"{rank_label(ranks)} entered {op} with other sizes or dtypes",
+            summary=f"Flight Recorder, group {point.group} ({plural(point.members, 'rank')}), stuck at "
             f"collective seq {point.seq}: {'; '.join(s.describe() for s in (normal, *odd))}."
             + (" The sides are the same size; check both." if tie else ""),
             ranks=ranks,
@@ -68,6 +68,6 @@ def fr_shape_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
             evidence=[item.id, *(point.side_evidence_id(s) for s in odd)][:6],
             fix=f"Make the tensor passed to {op}{where(first)} the same shape and dtype on "
             "every rank (pad, or exchange sizes first).",
-            confirm=f"rank {format_ranks(ranks)}'s {op} at seq {point.seq} records "
+            confirm=f"{rank_label(ranks)}'s {op} at seq {point.seq} records "
             f"{_shape(first)} against {_shape(normal)} elsewhere",
         )

@@ -15,7 +15,7 @@ from triage.rules.fr._stuck_groups import (
     stuck_groups,
     where,
 )
-from triage.text import format_ranks
+from triage.text import rank_label, rank_subject
 
 _ABSENT = ("no_group", "elsewhere", "idle")
 
@@ -65,7 +65,7 @@ def fr_subgroup_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
             confidence *= 0.9
         sides = "; ".join(s.describe() for s in (normal, *absent) if s)
         yield Finding(
-            title=f"rank {format_ranks(ranks)} never entered group {point.group}'s collective "
+            title=f"{rank_label(ranks)} never entered group {point.group}'s collective "
             f"seq {point.seq}",
             summary=f"Flight Recorder, group {point.group} ({point.members} of {point.world} "
             f"ranks), stuck at collective seq {point.seq}: {sides}.",
@@ -75,8 +75,9 @@ def fr_subgroup_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
             confidence=round(confidence * coverage(point), 3),
             evidence=[item.id, *(point.side_evidence_id(s) for s in absent)][:6],
             fix=f"Make every member of group {point.group} enter its collective"
-            f"{where(normal)} (or leave rank {format_ranks(ranks)} out of the group); call "
+            f"{where(normal)} (or leave {rank_label(ranks)} out of the group); call "
             "new_group on every rank in the same order.",
-            confirm=f"rank {format_ranks(ranks)} is a member of group {point.group} and its "
-            "stack is in another collective or in new_group",
+            confirm=f"{rank_subject(ranks, 'are')} in group {point.group}, and "
+            + ("its stack is" if len(ranks) == 1 else "their stacks are")
+            + " in another collective or in new_group",
         )

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from triage.models import Finding
-from triage.observations import FRSide
 from triage.registry import EvidenceSet, rule
 from triage.rules.fr._stuck_groups import (
     coverage,
@@ -16,7 +15,7 @@ from triage.rules.fr._stuck_groups import (
     stuck_groups,
     where,
 )
-from triage.text import format_ranks
+from triage.text import agree, plural, rank_label
 
 
 @rule("fr.uneven_inputs", "hang.uneven_inputs")
@@ -69,13 +68,13 @@ def fr_uneven_inputs(evidence: EvidenceSet) -> Iterator[Finding]:
                 finished, running, confidence = side, normal, 0.6
             else:
                 continue
-            done, going = _label(finished.ranks), _label(running.ranks)
+            done, going = rank_label(finished.ranks), rank_label(running.ranks)
             yield Finding(
                 title=f"{done} left the training loop while {going} did not",
-                summary=f"Flight Recorder, group {point.group} ({point.members} ranks), stuck at "
+                summary=f"Flight Recorder, group {point.group} ({plural(point.members, 'rank')}), stuck at "
                 f"collective seq {point.seq}: {finished.describe()}; {running.describe()}. "
-                f"{done.capitalize()} already {_verb('stand', finished)} after the loop while "
-                f"{going} still {_verb('run', running)} it: "
+                f"{done.capitalize()} already {agree(len(finished.ranks), 'stand')} after the loop "
+                f"while {going} still {agree(len(running.ranks), 'run')} it: "
                 "the ranks ran different numbers of steps."
                 + (
                     ""
@@ -97,11 +96,3 @@ def fr_uneven_inputs(evidence: EvidenceSet) -> Iterator[Finding]:
                 f"or the collectives each finished before seq {point.seq} in "
                 f"{point.evidence_id()})",
             )
-
-
-def _verb(verb: str, side: FRSide) -> str:
-    return verb + ("s" if len(side.ranks) == 1 else "")
-
-
-def _label(ranks: list[int]) -> str:
-    return f"rank{'' if len(ranks) == 1 else 's'} {format_ranks(ranks)}"

@@ -11,7 +11,7 @@ from triage.observations import LogSignal
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._hang_lines import hang_log
 from triage.rules.logs._signals import ids, signals
-from triage.text import format_ranks
+from triage.text import rank_label
 
 #: The watchdog's own words or frames, when the WorkNCCL details did not come with them.
 _WATCHDOG = re.compile(
@@ -68,17 +68,17 @@ def collective_timeout(evidence: EvidenceSet) -> Iterator[Finding]:
     elif stuck:
         found, confidence = stuck, 0.4
         what = (
-            f"the watchdog on rank {format_ranks(_ranks(stuck))} stopped making progress: "
+            f"the watchdog on {rank_label(_ranks(stuck))} stopped making progress: "
             "a CUDA or NCCL call (or a thread holding the GIL) blocks the process"
         )
     elif aborted:
         found, confidence = aborted, 0.35
-        what = f"the NCCL watchdog took rank {format_ranks(_ranks(aborted))} down after a timeout"
+        what = f"the NCCL watchdog took {rank_label(_ranks(aborted))} down after a timeout"
     elif bare := [
         (e, s) for e, s in signals(evidence, "generic.collective_stall") if _WATCHDOG.search(s.text)
     ]:
         found, confidence = bare, 0.35
-        who = f" on rank {format_ranks(_ranks(bare))}" if _ranks(bare) else ""
+        who = f" on {rank_label(_ranks(bare))}" if _ranks(bare) else ""
         what = (
             f"the NCCL watchdog reports a collective timeout{who} (the line that would say "
             "which collective is cut or missing)"
@@ -93,7 +93,7 @@ def collective_timeout(evidence: EvidenceSet) -> Iterator[Finding]:
     if same and len(timed_out) > 1 and quiet:
         title = "a collective timed out; no log says why"
         tail = (
-            f" Rank {format_ranks(quiet)} logged no timeout: if it was in the same collective "
+            f" {rank_label(quiet).capitalize()} logged no timeout: if it was in the same collective "
             "after all, the stall is below Python (network, NCCL, a GPU)."
         )
     elif same and len(timed_out) > 1:
@@ -128,7 +128,7 @@ def _describe(found: list[tuple[Evidence, LogSignal]]) -> str:
     parts = []
     for what, ranks in list(groups.items())[:3]:
         known = sorted(r for r in ranks if r >= 0)
-        who = f"rank {format_ranks(known)}" if known else "a rank"
+        who = rank_label(known) if known else "a rank"
         parts.append(f"{who} {what}")
     return "; ".join(parts)
 
@@ -138,8 +138,8 @@ def _what(sig: LogSignal) -> str:
     if sig.signature == "hang.gloo_timeout":
         return f"timed out after {f.get('timeout_ms')} ms waiting for a gloo {f.get('direction')}"
     if sig.signature == "hang.monitored_barrier":
-        missing = format_ranks(f.get("failed_ranks", []))
-        return f"waited {f.get('timeout_ms')} ms in monitoredBarrier for rank {missing}"
+        missing = rank_label(f.get("failed_ranks", []))
+        return f"waited {f.get('timeout_ms')} ms in monitoredBarrier for {missing}"
     if sig.signature == "hang.watchdog_progress":
         group = f", process group {f['pg']}" if "pg" in f else ""
         at = f" at work #{f['seq']}" if "seq" in f else ""

@@ -9,7 +9,7 @@ from triage.models import Finding
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._comm_view import PEER_TEXT, TIMEOUT_TEXT, comm_view, quote
 from triage.rules.logs._signals import ranks_of
-from triage.text import format_ranks
+from triage.text import rank_label
 
 _COMM_ERROR = re.compile(r"NCCL error|NCCL Error|nccl\w*Error|[Gg]loo|ProcessGroupNCCL")
 _GENERIC = ("nccl.error", "generic.comm_failure")
@@ -65,7 +65,7 @@ def comm_unknown(evidence: EvidenceSet) -> Iterator[Finding]:
     ranks = ranks_of([s for _, s in errors] + [t for _, t in tbs])
     said = f" NCCL's last warning: `{quote(warns[-1:])}`." if warns else ""
     what = f"NCCL {', '.join(kinds)} error" if kinds else "a communication error"
-    who = f" on rank {format_ranks(ranks)}" if ranks else ""
+    who = f" on {rank_label(ranks)}" if ranks else ""
     debug = view.has("nccl.version", "nccl.init", "nccl.network")
     yield Finding(
         title=f"{what}{who}, cause not visible",

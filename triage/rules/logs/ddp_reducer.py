@@ -10,7 +10,7 @@ from triage.observations import TracebackRecord
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._comm_view import CommView, comm_view
 from triage.rules.logs._signals import Signal, ids, ranks_of, signals
-from triage.text import format_ranks
+from triage.text import rank_label
 
 _TEXT = re.compile(r"ready only once|ready twice|graph has changed|static_graph")
 _AUTOGRAD = re.compile(r"(^|/)torch/autograd/(__init__|graph)\.py$")
@@ -83,7 +83,7 @@ def ddp_reducer(evidence: EvidenceSet) -> Iterator[Finding]:
     unused = signals(evidence, "ddp.unfinished_reduction", "ddp.lightning_unused")
     reentrant = [(e, t) for e, t in view.tracebacks if _reentry(t)]
     ranks = ranks_of(s for _, s in twice + changed)
-    who = f" (rank {format_ranks(ranks)})" if ranks else ""
+    who = f" ({rank_label(ranks)})" if ranks else ""
     if twice and reentrant:
         what = "DDP marked a parameter ready twice: reentrant backward (activation checkpointing)"
         detail = _named(twice) + (

@@ -10,7 +10,7 @@ from triage.models import Finding
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._comm_view import comm_view, quoted_finding
 from triage.rules.logs._signals import Signal, ranks_of, signals
-from triage.text import format_ranks
+from triage.text import rank_label, rank_subject
 
 _COMM_ID = re.compile(r"commId (0x[0-9a-fA-F]+)")
 _DEVICE_TEXT = re.compile(r"device ordinal|set_device|busy or unavailable|Duplicate GPU|cuda")
@@ -77,7 +77,7 @@ def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
         found.append(
             (
                 0.93,
-                f"rank {format_ranks(ranks)} share one GPU (NCCL: Duplicate GPU, device {device})",
+                f"{rank_subject(ranks, 'share')} one GPU (NCCL: Duplicate GPU, device {device})",
                 duplicate,
                 ranks,
                 _FIX_SHARED,
@@ -89,7 +89,7 @@ def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
         found.append(
             (
                 confidence,
-                f"rank {format_ranks(ranks)} initialized NCCL on one GPU (busId {bus})",
+                f"{rank_label(ranks)} initialized NCCL on one GPU (busId {bus})",
                 items,
                 ranks,
                 _FIX_SHARED,
@@ -103,7 +103,7 @@ def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
             (
                 0.88 if in_set_device else 0.78,
                 "a rank asked for a GPU index its host does not have (invalid device ordinal)"
-                + (f" on rank {format_ranks(ranks)}" if ranks else ""),
+                + (f" on {rank_label(ranks)}" if ranks else ""),
                 ordinal,
                 ranks,
                 _FIX_ORDINAL,

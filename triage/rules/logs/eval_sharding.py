@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._signals import Found, ids, ranks_of, signals, strongest, tracebacks
-from triage.text import format_ranks
+from triage.text import rank_label
 
 CRASH_CAP = 0.3
 
@@ -107,7 +107,7 @@ def eval_sharding(evidence: EvidenceSet) -> Iterator[Finding]:
         # background, not the story.
         confidence = min(confidence, CRASH_CAP)
     ranks = ranks_of(s for _, s in every)
-    on = f" (rank {format_ranks(ranks)})" if ranks else ""
+    on = f" ({rank_label(ranks)})" if ranks else ""
     others = "; ".join(f[1] for f in found if f[1] != what)
     yield Finding(
         title=what,

@@ -9,7 +9,7 @@ from triage.observations import TracebackRecord
 from triage.readers.stacks import COLLECTIVE_OPS
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._signals import Signal, ranks_of, signals, tracebacks
-from triage.text import format_ranks
+from triage.text import rank_label
 
 
 @rule("logs.hang_markers", "hang.unknown")
@@ -49,7 +49,7 @@ def hang_markers(evidence: EvidenceSet) -> Iterator[Finding]:
         yield from _weak_markers(evidence)
         return
     ranks = ranks_of(s for _, s in found)
-    who = f" on rank {format_ranks(ranks)}" if ranks else ""
+    who = f" on {rank_label(ranks)}" if ranks else ""
     yield Finding(
         title=f"a collective stalled or timed out{who}, cause not visible",
         summary=f"The logs show a stalled collective{who} (`{found[0][1].text[:160]}`), and no"

@@ -9,7 +9,7 @@ from triage.models import Finding
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._comm_view import CommView, comm_view, quote
 from triage.rules.logs._signals import Found, ids, ranks_of, strongest
-from triage.text import format_ranks
+from triage.text import rank_label
 
 _SETUP = re.compile(r"init_process_group|ProcessGroup|all_reduce|barrier|NCCL")
 
@@ -73,7 +73,7 @@ def infiniband(evidence: EvidenceSet) -> Iterator[Finding]:
     hcas = sorted({h for _, s in view.of("nccl.ib_devices") for h in s.fields.get("hcas", [])})
     used = f" NCCL used {', '.join(hcas[:6])}." if hcas else ""
     yield Finding(
-        title=what + (f" (rank {format_ranks(ranks)})" if ranks else ""),
+        title=what + (f" ({rank_label(ranks)})" if ranks else ""),
         summary=f"{what}: `{quote(items)}`.{used}",
         ranks=ranks,
         location=view.location(ranks, _SETUP),

@@ -9,7 +9,7 @@ from triage.models import Finding, Location
 from triage.observations import LogSignal
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._signals import Signal, ids, ranks_of, signals
-from triage.text import format_ranks
+from triage.text import rank_label
 
 _ARGPARSE = (
     "setup.unrecognized_arguments",
@@ -110,7 +110,7 @@ def launcher_args(evidence: EvidenceSet) -> Iterator[Finding]:
         return
     if exits:
         ranks = ranks_of(s for _, s in exits)
-        who = f"Rank {format_ranks(ranks)}" if ranks else "Workers"
+        who = rank_label(ranks).capitalize() if ranks else "Workers"
         yield Finding(
             title="workers exited with code 2 (argparse's usage error)",
             summary=f"{who} exited with code 2, the code argparse exits with when it rejects "

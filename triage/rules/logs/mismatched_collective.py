@@ -18,7 +18,7 @@ from triage.rules.logs._hang_lines import (
 from triage.rules.logs._signals import ids, signals
 from triage.rules.logs._trace_split import TraceSplit, skipped_call
 from triage.rules.stacks._hang_view import SKIP_STORY, StateGroup, skip_fix
-from triage.text import format_ranks
+from triage.text import format_ranks, rank_label
 
 # How much a disagreement in each source says: DETAIL fingerprints are checked by torch
 # itself; watchdog sequence numbers and opCounts can also lag for a moment on a slow rank.
@@ -112,7 +112,7 @@ def _from_tracebacks(traced: TraceSplit) -> Finding:
     decided = rest is not None
     where = (
         f"{culprit.label} in {culprit.where()}, while {rest.label} "
-        f"{rest.verb('wait', 'waits')} in {rest.where()}"
+        f"{rest.verb('wait')} in {rest.where()}"
         if rest is not None
         else f"{traced.sides()}; the logs cannot tell which side is wrong"
     )
@@ -222,7 +222,7 @@ def _from_reports(evidence: EvidenceSet) -> Iterator[Finding]:
     ranks = sorted(odd) if len(odd) == 1 else sorted(reporters | set(named))
     first = reports[0][1].fields
     yield Finding(
-        title=f"TORCH_DISTRIBUTED_DEBUG=DETAIL: rank {format_ranks(ranks)} ran a different collective",
+        title=f"TORCH_DISTRIBUTED_DEBUG=DETAIL: {rank_label(ranks)} ran a different collective",
         summary=(
             f"Rank {first['rank']} entered {first.get('op', 'a collective')}"
             f"{' #' + str(first['seq']) if 'seq' in first else ''} while rank {first['peer']} "

@@ -9,7 +9,7 @@ from triage.models import Finding
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._comm_view import comm_view
 from triage.rules.logs._signals import Signal, ids, ranks_of, signals
-from triage.text import format_ranks
+from triage.text import rank_label
 
 SAME_STEP_LINES = 10
 _TEXT = re.compile(r"(?i)nan|inf|non-finite|FloatingPointError|loss scale")
@@ -90,9 +90,9 @@ def nan(evidence: EvidenceSet) -> Iterator[Finding]:
     op = f" ({anomaly.fields['function']})" if anomaly and anomaly.fields.get("function") else ""
     all_ranks = ranks_of(s for _, s in every)
     scope = (
-        f" First seen on rank {format_ranks(ranks)} of rank {format_ranks(all_ranks)}."
+        f" First seen on {rank_label(ranks)} of {rank_label(all_ranks)}."
         if ranks and len(all_ranks) > len(ranks)
-        else (f" On rank {format_ranks(ranks)}." if ranks else "")
+        else (f" On {rank_label(ranks)}." if ranks else "")
     )
     yield Finding(
         title=what + op,

@@ -9,7 +9,7 @@ from triage.models import Finding, Location
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._comm_view import comm_view
 from triage.rules.logs._signals import Signal, ids, ranks_of, signals
-from triage.text import format_ranks
+from triage.text import rank_label
 
 _TEXT = re.compile(r"deterministic")
 _LIBRARY = ("site-packages", "dist-packages")
@@ -73,7 +73,7 @@ def nondeterminism(evidence: EvidenceSet) -> Iterator[Finding]:
         if warned
         else "raised: deterministic mode stopped the run"
     )
-    on = f" on rank {format_ranks(ranks)}" if ranks else ""
+    on = f" on {rank_label(ranks)}" if ranks else ""
     what = f"nondeterministic op{'s' if len(ops) > 1 else ''} {', '.join(ops[:6])}"
     yield Finding(
         title=f"{what} under use_deterministic_algorithms",

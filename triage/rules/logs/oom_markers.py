@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._signals import ranks_of, signals
-from triage.text import format_ranks
+from triage.text import rank_label
 
 
 @rule("logs.oom_markers", "oom.unknown")
@@ -42,7 +42,7 @@ def oom_markers(evidence: EvidenceSet) -> Iterator[Finding]:
     if not found:
         return
     ranks = ranks_of(s for _, s in found)
-    who = f" on rank {format_ranks(ranks)}" if ranks else ""
+    who = f" on {rank_label(ranks)}" if ranks else ""
     yield Finding(
         title=f"memory ran out{who}, which memory is not visible",
         summary=f"The logs show memory running out{who} (`{found[0][1].text[:160]}`), without"

@@ -9,7 +9,7 @@ from triage.models import Finding
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._comm_view import comm_view, quote
 from triage.rules.logs._signals import ids, ranks_of
-from triage.text import format_ranks
+from triage.text import rank_label
 
 _SETUP = re.compile(r"init_process_group|ProcessGroup|all_reduce|barrier|NCCL|peer access")
 _FIX = (
@@ -63,7 +63,7 @@ def p2p_unsupported(evidence: EvidenceSet) -> Iterator[Finding]:
     iommu = view.of("nccl.iommu")
     if explicit:
         ranks = ranks_of(s for _, s in explicit)
-        who = f" (rank {format_ranks(ranks)})" if ranks else ""
+        who = f" ({rank_label(ranks)})" if ranks else ""
         yield Finding(
             title=f"GPU peer access between local GPUs failed{who}",
             summary=f"CUDA peer-to-peer access failed: `{quote(explicit)}`.",

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._comm_view import comm_view
-from triage.text import rank_label
+from triage.text import agree, rank_label, rank_subject
 
 
 @rule("logs.peer_failure", "comm.peer_failure")
@@ -51,12 +51,13 @@ def peer_failure(evidence: EvidenceSet) -> Iterator[Finding]:
     witness_ranks = sorted(r for r in view.witnesses if r is not None)
     witness_ids = [i for ids in view.witnesses.values() for i in ids]
     seen = rank_label(witness_ranks) if witness_ranks else "the logs"
+    report = agree(len(witness_ranks) or 2, "report")  # 'the logs report'
     origins = view.origins
     if not origins:
         yield Finding(
             title="ranks lost a peer; the failing rank's log is not here",
             summary=(
-                f"{seen.capitalize()} report a closed or reset connection to a peer, which "
+                f"{seen.capitalize()} {report} a closed or reset connection to a peer, which "
                 "means another process died or the network dropped. No rank's own failure is "
                 "in these logs."
             ),
@@ -83,12 +84,17 @@ def peer_failure(evidence: EvidenceSet) -> Iterator[Finding]:
         " and ".join(
             part
             for part in (
-                f"{rank_label(logged)} only report the closed connection to it" if logged else "",
-                f"{rank_label(stopped)} were stopped by the launcher (SIGTERM)" if stopped else "",
+                f"{rank_label(logged)} only {agree(len(logged), 'report')} the closed "
+                "connection to it"
+                if logged
+                else "",
+                f"{rank_subject(stopped, 'were')} stopped by the launcher (SIGTERM)"
+                if stopped
+                else "",
             )
             if part
         )
-        or f"{seen} only report the closed connection to it"
+        or f"{seen} only {report} the closed connection to it"
     )
     yield Finding(
         title=f"{who} failed first; the peers lost the connection",

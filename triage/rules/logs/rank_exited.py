@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._hang_lines import HangLog, hang_log
-from triage.text import format_ranks
+from triage.text import rank_label
 
 # The NCCL watchdog aborts timed-out ranks with SIGABRT (-6) and the launcher stops the
 # survivors with SIGTERM (-15): victims of the hang show these too.
@@ -69,20 +69,18 @@ def rank_exited(evidence: EvidenceSet) -> Iterator[Finding]:
     top = max(d.confidence for d in deaths)
     chosen = [d for d in deaths if d.confidence == top]
     ranks = sorted({d.rank for d in chosen if d.rank is not None})
-    who = (
-        f"rank {format_ranks(ranks)}"
-        if ranks
-        else f"local rank {format_ranks(sorted({d.local_rank for d in chosen if d.local_rank is not None}))}"
-    )
+    local = sorted({d.local_rank for d in chosen if d.local_rank is not None})
+    who = rank_label(ranks) if ranks else f"local {rank_label(local)}"
     waiting = sorted(view.waiting)
     lost = sorted(closed - set(view.waiting))
     then = (
-        f"rank {format_ranks(waiting)} waited for it in a collective and timed out"
+        f"{rank_label(waiting)} waited for it in a collective and timed out"
         if waiting
-        else f"rank {format_ranks(lost)} lost the connection to it"
+        else f"{rank_label(lost)} lost the connection to it"
     )
     yield Finding(
-        title=f"{who} exited while its peers waited in a collective",
+        title=f"{who} exited while {'its' if len(ranks or local) == 1 else 'their'} peers waited in "
+        "a collective",
         summary=f"{who.capitalize()} {chosen[0].how}, while {then}.",
         ranks=ranks,
         location=view.location(ranks),

@@ -12,7 +12,7 @@ from triage.readers.stacks import is_user_code
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._hang_lines import HangLog, hang_log, short_path
 from triage.rules.logs._signals import signals
-from triage.text import format_ranks
+from triage.text import rank_label, rank_subject
 
 # Code paths that typically run on one rank and issue collectives of their own.
 _BUSY = re.compile(r"(?i)(?:^|[_.])(save|checkpoint|ckpt|eval|validat|predict|inference)")
@@ -75,9 +75,11 @@ def rank_not_in_collective(evidence: EvidenceSet) -> Iterator[Finding]:
     if not cases:
         return
     best = max(cases, key=lambda c: c.confidence)
-    who = f"rank {format_ranks(best.ranks)}" if best.ranks else "the dumped rank"
+    who = rank_label(best.ranks) if best.ranks else "the dumped rank"
     yield Finding(
-        title=best.title or f"{who} did not reach the collective its peers wait in",
+        title=best.title
+        or f"{who} did not reach the collective {'their' if len(best.ranks) > 1 else 'its'} "
+        "peers wait in",
         summary=best.why,
         ranks=best.ranks,
         location=best.location or view.location(best.ranks),
@@ -100,7 +102,7 @@ def rank_not_in_collective(evidence: EvidenceSet) -> Iterator[Finding]:
 
 
 def _waiting_text(view: HangLog) -> str:
-    return f"rank {format_ranks(sorted(view.waiting))}" if view.waiting else "the other ranks"
+    return rank_label(sorted(view.waiting)) if view.waiting else "the other ranks"
 
 
 def _barrier(view: HangLog, dead: set[int]) -> list[_Case]:
@@ -112,9 +114,9 @@ def _barrier(view: HangLog, dead: set[int]) -> list[_Case]:
         _Case(
             missing,
             0.8,
-            f"Rank 0's monitoredBarrier gave up waiting for rank {format_ranks(missing)}, "
+            f"Rank 0's monitoredBarrier gave up waiting for {rank_label(missing)}, "
             "which never arrived, while the other ranks did: "
-            f"rank {format_ranks(missing)} was not in the collective.",
+            f"{rank_subject(missing, 'were')} not in the collective.",
             ids,
         )
     ]
@@ -156,9 +158,10 @@ def _idle(view: HangLog) -> list[_Case]:
             _Case(
                 split.ranks,
                 0.65,
-                f"Rank {format_ranks(split.ranks)} had completed NCCL work #{done} and enqueued "
-                f"nothing after it, while rank {format_ranks(sorted(p.rank for p in split.majority))} "
-                f"wait in work #{split.majority[0].seq}: it never issued that collective.",
+                f"{rank_label(split.ranks).capitalize()} had completed NCCL work #{done} and enqueued "
+                f"nothing after it, while {rank_subject(sorted(p.rank for p in split.majority), 'wait')} "
+                f"in work #{split.majority[0].seq}: "
+                f"{'it' if len(split.ranks) == 1 else 'they'} never issued that collective.",
                 split.evidence,
             )
         )
@@ -215,7 +218,7 @@ def _silent(view: HangLog, ranks: list[int], waiting_ids: list[str]) -> _Case:
     """
     logs = [view.rank_logs[r] for r in ranks if r in view.rank_logs]
     confidence = 0.6 if logs and view.one_wait() else 0.4
-    who = f"rank {format_ranks(ranks)}"
+    who = rank_label(ranks)
     ends = "; ".join(
         f"{short_path(info.path)} ends at line {info.lines}"
         + (f" with `{info.last_line[:80]}`" if info.last_line else "")

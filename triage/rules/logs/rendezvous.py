@@ -9,7 +9,7 @@ from triage.models import Finding
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._comm_view import CommView, comm_view, quote
 from triage.rules.logs._signals import Found, Signal, ids, ranks_of, strongest
-from triage.text import format_ranks
+from triage.text import rank_label
 
 _SETUP = re.compile(
     r"init_process_group|TCPStore|rendezvous|Rendezvous|DistNetworkError|DistStoreError|store"
@@ -74,7 +74,7 @@ def rendezvous(evidence: EvidenceSet) -> Iterator[Finding]:
         return
     (confidence, what, items, fix), every = strongest(found)
     ranks = ranks_of(s for _, s in items)
-    who = f" (rank {format_ranks(ranks)})" if ranks else ""
+    who = f" ({rank_label(ranks)})" if ranks else ""
     yield Finding(
         title=what + who,
         summary=f"{what}: `{quote(items)}`.",

@@ -16,7 +16,7 @@ from triage.rules.logs._hang_lines import (
 )
 from triage.rules.logs._signals import ids
 from triage.rules.stacks.shape_mismatch import reshaped_call
-from triage.text import format_ranks
+from triage.text import format_ranks, rank_label
 
 _TRUST = {
     "fingerprint": 0.88,
@@ -106,9 +106,10 @@ def _same_op(evidence: EvidenceSet) -> Iterator[Finding]:
     shapes = sorted({str(s.fields["shape"]) for _, s in reports if s.fields.get("shape")})
     seen = f" ({' vs '.join(shapes)})" if len(shapes) > 1 else ""
     yield Finding(
-        title=f"ranks {format_ranks(ranks)} passed different tensors to the same {op}",
+        title=f"{rank_label(ranks)} passed different tensors to the same {op}",
         summary=(
-            f"Rank {format_ranks(ranks)} each report their {op} as inconsistent with the other "
+            f"{rank_label(ranks).capitalize()} "
+            f"{'reports its' if len(ranks) == 1 else 'each report their'} {op} as inconsistent with the other "
             f"ranks'{seen}: the op is the same everywhere, so the tensors' shapes or dtypes "
             "differ. The report does not say which rank's size is the odd one."
         ),
@@ -139,7 +140,7 @@ def _reshaped(view: HangLog) -> Iterator[Finding]:
     because, fix, changed = found
     yield Finding(
         title="every rank timed out in the same collective, whose input some ranks change",
-        summary=f"Rank {format_ranks(ranks)} timed out in the same collective at {where}. {because}",
+        summary=f"{rank_label(ranks).capitalize()} timed out in the same collective at {where}. {because}",
         ranks=[],
         location=where,
         other_locations=[changed],

@@ -10,7 +10,7 @@ from triage.registry import EvidenceSet, rule
 from triage.rules.logs._hang_lines import Split, hang_log, positions_text
 from triage.rules.logs._trace_split import finished_side, skipped_call
 from triage.rules.stacks._hang_view import or_skipped
-from triage.text import format_ranks
+from triage.text import rank_label, rank_subject
 
 _FIX = (
     "Give every rank the same number of steps: DistributedSampler(drop_last=True) or a "
@@ -63,7 +63,7 @@ def uneven_inputs(evidence: EvidenceSet) -> Iterator[Finding]:
             summary=(
                 f"The timed-out collectives' tracebacks put {finished.label} after the loop, in "
                 f"{finished.where()}, while {running.label} still "
-                f"{running.verb('wait', 'waits')} inside it, in {running.where()}: the ranks "
+                f"{running.verb('wait')} inside it, in {running.where()}: the ranks "
                 f"ran different numbers of steps.{also}"
             ),
             ranks=traced.culprit.ranks,
@@ -93,10 +93,10 @@ def uneven_inputs(evidence: EvidenceSet) -> Iterator[Finding]:
         ranks = sorted({s.rank for _, s in exiting if s.rank is not None})
         state = exiting[0][1]
         yield Finding(
-            title=f"rank {format_ranks(ranks)} is exiting while the other ranks wait",
+            title=f"{rank_subject(ranks, 'are')} exiting while the other ranks wait",
             summary=(
-                f"Rank {format_ranks(ranks)}'s stack is in {state.op or 'process exit'}, past the "
-                f"training loop, while rank {format_ranks(sorted(view.waiting))} timed out in a "
+                f"{rank_label(ranks).capitalize()}'s stack is in {state.op or 'process exit'}, past the "
+                f"training loop, while {rank_label(sorted(view.waiting))} timed out in a "
                 "collective: the ranks ran different numbers of steps."
             ),
             ranks=ranks,
@@ -105,7 +105,7 @@ def uneven_inputs(evidence: EvidenceSet) -> Iterator[Finding]:
             evidence=[item.id for item, _ in exiting[:4]]
             + [i for ids in view.waiting.values() for i in ids][:4],
             fix=_FIX,
-            confirm=f"rank {format_ranks(ranks)} logged fewer training steps than the others",
+            confirm=f"{rank_label(ranks)} logged fewer training steps than the others",
         )
 
 
@@ -116,9 +116,10 @@ def _confidence(split: Split) -> float:
 
 
 def _from_split(split: Split, location: Location | None, confidence: float) -> Finding:
-    culprits = format_ranks(split.ranks)
+    culprits = rank_label(split.ranks)
     return Finding(
-        title=f"rank {culprits} is {split.gap} collectives away from the other ranks",
+        title=f"{rank_subject(split.ranks, 'are')} {split.gap} collectives away from the other "
+        "ranks",
         summary=(
             f"The {split.ledger.label} put {positions_text(split.culprits)} and "
             f"{positions_text(split.majority) or 'the others elsewhere'}: "
@@ -131,7 +132,8 @@ def _from_split(split: Split, location: Location | None, confidence: float) -> F
         evidence=split.evidence[:8],
         fix=_FIX,
         confirm=(
-            f"rank {culprits} logged a different number of steps, or its stack is past the "
-            "training loop"
+            f"{culprits} logged a different number of steps, or "
+            + ("its stack is" if len(split.ranks) == 1 else "their stacks are")
+            + " past the training loop"
         ),
     )

@@ -9,7 +9,7 @@ from triage.models import Finding
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._comm_view import comm_view
 from triage.rules.logs._signals import ids, ranks_of, signals
-from triage.text import format_ranks
+from triage.text import rank_label
 
 _TEXT = re.compile(r"finished reduction|not used in producing the loss|graph has changed")
 _FIX_UNUSED = (
@@ -85,7 +85,7 @@ def unused_parameters(evidence: EvidenceSet) -> Iterator[Finding]:
     ranks = sorted(r for r in per_rank if r is not None) or ranks_of(s for _, s in items)
     every = items + names + indices + twice
     yield Finding(
-        title=what + (f" (rank {format_ranks(ranks)})" if ranks else ""),
+        title=what + (f" ({rank_label(ranks)})" if ranks else ""),
         summary=f"{what}.{detail}",
         ranks=ranks,
         location=comm_view(evidence).location(ranks, _TEXT),
@@ -108,5 +108,5 @@ def _describe(per_rank: dict[int | None, list[str]]) -> str:
     for names, ranks in by_names.items():
         shown = ", ".join(names[:8]) + (f" (+{len(names) - 8} more)" if len(names) > 8 else "")
         known = [r for r in ranks if r is not None]
-        parts.append(shown + (f" on rank {format_ranks(known)}" if known else ""))
+        parts.append(shown + (f" on {rank_label(known)}" if known else ""))
     return " Without gradient: " + "; ".join(parts) + "."

@@ -10,7 +10,7 @@ from triage.models import Finding
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._comm_view import CommView, comm_view, quote
 from triage.rules.logs._signals import Found, ids, ranks_of, strongest
-from triage.text import format_ranks
+from triage.text import rank_label
 
 _SETUP = re.compile(r"init_process_group|ProcessGroup|new_group|barrier|all_reduce|NCCL|gloo")
 
@@ -60,7 +60,7 @@ def wrong_interface(evidence: EvidenceSet) -> Iterator[Finding]:
     (confidence, what, items, fix), every = strongest(found)
     ranks = ranks_of(s for _, s in items)
     yield Finding(
-        title=what + (f" (rank {format_ranks(ranks)})" if ranks else ""),
+        title=what + (f" ({rank_label(ranks)})" if ranks else ""),
         summary=f"{what}: `{quote(items)}`." + _interfaces(view),
         ranks=ranks,
         location=view.location(ranks, _SETUP),

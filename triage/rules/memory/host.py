@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
 from triage.rules.memory._oom_view import oom_view
-from triage.text import format_ranks
+from triage.text import agree, rank_label
 
 FIX = (
     "Reduce host memory per node: fewer DataLoader workers or a smaller prefetch_factor, "
@@ -87,11 +87,9 @@ def host(evidence: EvidenceSet) -> Iterator[Finding]:
     confidence, top = max(scored, key=lambda item: item[0])
     culprits = [e for s, e in scored if s >= confidence - 0.15]
     ranks = sorted({e.rank for e in culprits if e.rank is not None})
-    who = f"rank {format_ranks(ranks)}" if ranks else "a process of the job"
+    who = rank_label(ranks) if ranks else "a process of the job"
     if top.signature in _KILLS:
-        what = (
-            f"{who.capitalize()} was killed by SIGKILL, the OOM killer's signal: {top.text[:200]}"
-        )
+        what = f"{who.capitalize()} {agree(len(ranks) or 1, 'were')} killed by SIGKILL, the OOM killer's signal: {top.text[:200]}"
     else:
         what = f"{who.capitalize()} ran out of host memory: {top.text[:240]}"
     yield Finding(

@@ -18,7 +18,7 @@ from triage.rules.probe._replica_view import (
     probe_view,
     ranks_phrase,
 )
-from triage.text import format_ranks
+from triage.text import rank_label
 
 _NORM_STATS = re.compile(r"(^|\.)(running_mean|running_var|num_batches_tracked)$")
 _FIX = (
@@ -103,6 +103,6 @@ def batchnorm_sync(evidence: EvidenceSet) -> Iterator[Finding]:
             evidence=view.cite(item, check, ranks),
             fix=_FIX,
             confirm=f"after SyncBatchNorm.convert_sync_batchnorm, {shown[0].name} is identical "
-            f"on rank {format_ranks(ranks)} and the others",
+            f"on {rank_label(ranks)} and the others",
         )
         return

@@ -18,7 +18,7 @@ from triage.rules.probe._replica_view import (
     probe_view,
     ranks_phrase,
 )
-from triage.text import format_ranks
+from triage.text import rank_label
 
 _FIX = (
     "Start every replica from the same weights: seed every rank the same before building "
@@ -93,7 +93,7 @@ def init_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
         evidence=view.cite(item, check, ranks),
         fix=_FIX,
         confirm=f"a snapshot right after the model is built (before any step) shows "
-        f"{found[0].name} differing on rank {format_ranks(ranks)}",
+        f"{found[0].name} differing on {rank_label(ranks)}",
     )
 
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
 from triage.rules.probe._replica_view import culprits, diverging, name_tensors, named, probe_view
-from triage.text import format_ranks, rank_label
+from triage.text import rank_label, rank_subject
 
 _FIX = (
     "Find the first non-finite value on the named ranks: run a few steps with "
@@ -67,7 +67,7 @@ def nan(evidence: EvidenceSet) -> Iterator[Finding]:
         if values:
             parts.append(f"values of {name_tensors(values)}")
         scope = (
-            f" {rank_label(clean).capitalize()} {'is' if len(clean) == 1 else 'are'} still "
+            f" {rank_subject(clean, 'are').capitalize()} still "
             f"clean, so the NaN starts on {rank_label(ranks)}."
             if clean
             else " Every rank holds them: the all-reduce spread them, or they began before."
@@ -76,8 +76,8 @@ def nan(evidence: EvidenceSet) -> Iterator[Finding]:
         before = f" The snapshots at {shown} were clean." if earlier else ""
         total = check.counts.get("nonfinite", len(found))
         yield Finding(
-            title=f"NaN/Inf on rank {format_ranks(ranks)} at {named(check.label)}",
-            summary=f"At {named(check.label)}, rank {format_ranks(ranks)} holds NaN/Inf in the "
+            title=f"NaN/Inf on {rank_label(ranks)} at {named(check.label)}",
+            summary=f"At {named(check.label)}, {rank_subject(ranks, 'hold')} NaN/Inf in the "
             f"{' and the '.join(parts)} ({total} tensors).{scope}{before} "
             f"{found[0].detail}.",
             ranks=ranks,
@@ -85,7 +85,7 @@ def nan(evidence: EvidenceSet) -> Iterator[Finding]:
             confidence=0.9 if clean else 0.85,
             evidence=view.cite(item, check, ranks),
             fix=_FIX,
-            confirm=f"with torch.autograd.set_detect_anomaly(True), rank {format_ranks(ranks)} "
-            "fails at the op that first produces NaN/Inf",
+            confirm=f"with torch.autograd.set_detect_anomaly(True), {rank_subject(ranks, 'fail')} "
+            "at the op that first produces NaN/Inf",
         )
         return

@@ -19,7 +19,7 @@ from triage.rules.probe._replica_view import (
     probe_view,
     ranks_phrase,
 )
-from triage.text import format_ranks
+from triage.text import rank_label
 
 _FIX = (
     "Reduce the gradients across replicas before every optimizer step: wrap the model in "
@@ -95,7 +95,7 @@ def unsynced_grads(evidence: EvidenceSet) -> Iterator[Finding]:
             confidence=round(confidence, 3),
             evidence=view.cite(item, check, ranks),
             fix=_FIX,
-            confirm=f"the gradients of {shown[0].name} differ across rank {format_ranks(ranks)} "
+            confirm=f"the gradients of {shown[0].name} differ across {rank_label(ranks)} "
             "right after backward(), before optimizer.step()",
         )
         return

@@ -17,7 +17,7 @@ from triage.rules.probe._replica_view import (
     named,
     probe_view,
 )
-from triage.text import format_ranks
+from triage.text import plural, rank_label, rank_subject
 
 _FIX = (
     "Make every trainable parameter take part in the loss on every rank and every step "
@@ -88,23 +88,23 @@ def _finding(
     names = name_tensors(found, len(found) + (unlisted if len(found) == len(kept) else 0))
     ranks = culprits(found)
     if everywhere and check.missing:
-        title = f"{names} got no gradient on rank {format_ranks(ranks)} at {named(check.label)}"
+        title = f"{names} got no gradient on {rank_label(ranks)} at {named(check.label)}"
         where = (
-            f"on rank {format_ranks(ranks)}, and rank {format_ranks(check.missing)} left no "
+            f"on {rank_label(ranks)}, and {rank_label(check.missing)} left no "
             f"snapshot at {named(check.label)} (it did not get past the step)"
         )
         confidence = 0.8 if ddp else 0.6
     elif everywhere:
         title = f"{names} got no gradient on any rank at {named(check.label)}"
-        where = f"on every rank that ran a backward ({check.ranks_with_grads} ranks)"
+        where = f"on every rank that ran a backward ({plural(check.ranks_with_grads, 'rank')})"
         confidence = 0.6 if ddp else 0.4
         if ddp and check.counts.get("grad"):  # the reducer stopped short: nothing reduced
             where += " (and the other gradients differ across replicas, so DDP reduced none)"
             confidence = 0.85
     else:
         having = sorted({r for d in found for r in d.agreeing} - set(ranks))
-        title = f"{names} got no gradient on rank {format_ranks(ranks)} at {named(check.label)}"
-        where = f"on rank {format_ranks(ranks)}, while rank {format_ranks(having)} hold one"
+        title = f"{names} got no gradient on {rank_label(ranks)} at {named(check.label)}"
+        where = f"on {rank_label(ranks)}, while {rank_subject(having, 'hold')} one"
         confidence = 0.85 if ddp else 0.75
     wrapped = (
         " The model is wrapped in DistributedDataParallel: without find_unused_parameters=True "
@@ -124,5 +124,5 @@ def _finding(
         evidence=view.cite(item, check, ranks),
         fix=_FIX,
         confirm=f"TORCH_DISTRIBUTED_DEBUG=INFO names {found[0].name} among the parameters "
-        f"that did not receive grad on rank {format_ranks(ranks)}",
+        f"that did not receive grad on {rank_label(ranks)}",
     )

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
 from triage.rules.probe._replica_view import named, probe_view
-from triage.text import format_ranks
+from triage.text import rank_label
 
 #: problem -> (confidence, what it does to the job)
 _KINDS = {
@@ -78,7 +78,7 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
             confidence=confidence,
             evidence=view.cite(item, check, ranks),
             fix=_FIX,
-            confirm=f"dist.get_world_size() on rank {format_ranks(ranks)} differs from the "
+            confirm=f"dist.get_world_size() on {rank_label(ranks)} differs from the "
             "number of ranks in the mesh it uses",
         )
         return

@@ -20,7 +20,7 @@ from triage.readers.source import (
     source_available,
 )
 from triage.registry import EvidenceSet
-from triage.text import format_ranks
+from triage.text import agree, rank_label
 
 
 @dataclass
@@ -40,13 +40,11 @@ class StateGroup:
 
     @property
     def label(self) -> str:
-        ranks = self.ranks
-        word = "rank" if len(self.states) == 1 else "ranks"
-        return f"{word} {format_ranks(ranks)}" if ranks else f"pid {self.first.pid}"
+        return rank_label(self.ranks) if self.ranks else f"pid {self.first.pid}"
 
-    def verb(self, plural: str, singular: str) -> str:
-        """The verb agreeing with the label: 'rank 2 stands', 'ranks 0-1 stand'."""
-        return singular if len(self.states) == 1 else plural
+    def verb(self, verb: str) -> str:
+        """`verb` (plural form) agreeing with the label: 'rank 2 stands', 'ranks 0-1 stand'."""
+        return agree(len(self.ranks) or 1, verb)
 
     @property
     def waits(self) -> bool:

@@ -201,12 +201,12 @@ def _skip(
     return Finding(
         title=(
             f"{finished.label} may have skipped the collective {waiting.label} "
-            f"{waiting.verb('wait', 'waits')} in"
+            f"{waiting.verb('wait')} in"
         ),
         summary=(
-            f"{waiting.label.capitalize()} {waiting.verb('wait', 'waits')} in {waiting.where()}, "
+            f"{waiting.label.capitalize()} {waiting.verb('wait')} in {waiting.where()}, "
             f"a call that runs only under `{block.text}` (line {block.start}), while "
-            f"{finished.label} already {finished.verb('stand', 'stands')} at a later call, "
+            f"{finished.label} already {finished.verb('stand')} at a later call, "
             f"{done[0].where()}. {SKIP_STORY}"
         ),
         ranks=finished.ranks,

@@ -8,7 +8,7 @@ from triage.models import Finding
 from triage.observations import UnseenRanks
 from triage.registry import EvidenceSet, rule
 from triage.rules.stacks._hang_view import coverage_factor, hang_view
-from triage.text import rank_label
+from triage.text import agree, plural, rank_label
 
 
 @rule("stacks.no_culprit_visible", "hang.unknown")
@@ -52,7 +52,7 @@ def no_culprit_visible(evidence: EvidenceSet) -> Iterator[Finding]:
         return
     group = view.groups[0]
     unread = (
-        f" {view.unreadable} rank(s) could not be read and may be the culprit."
+        f" {plural(view.unreadable, 'rank')} could not be read and may be the culprit."
         if view.unreadable
         else ""
     )
@@ -60,10 +60,12 @@ def no_culprit_visible(evidence: EvidenceSet) -> Iterator[Finding]:
         item, elsewhere = unseen[0]
         others = rank_label(elsewhere.ranks)
         yield Finding(
-            title=f"no culprit on this host: {others} on other hosts were not inspected",
+            title=f"no culprit on this host: {others} on other hosts "
+            f"{agree(len(elsewhere.ranks), 'were')} not inspected",
             summary=(
                 f"Every rank inspected on {elsewhere.host} ({group.label}) waits in "
-                f"{group.where()}; {others} run on other hosts and were not inspected "
+                f"{group.where()}; {others} {agree(len(elsewhere.ranks), 'run')} on other hosts and "
+                f"{agree(len(elsewhere.ranks), 'were')} not inspected "
                 f"({elsewhere.why}): the rank they wait for is likely among them.{unread}"
             ),
             ranks=[],

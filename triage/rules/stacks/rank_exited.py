@@ -8,7 +8,7 @@ from triage.models import Finding
 from triage.observations import MissingRank
 from triage.registry import EvidenceSet, rule
 from triage.rules.stacks._hang_view import coverage_factor, hang_view
-from triage.text import format_ranks
+from triage.text import agree, plural, rank_label
 
 
 @rule("stacks.rank_exited", "hang.rank_exited")
@@ -57,12 +57,14 @@ def rank_exited(evidence: EvidenceSet) -> Iterator[Finding]:
     waiting = view.waiting
     majority = view.majority
     all_wait = bool(view.groups) and len(waiting) == len(view.groups)
-    what = f"rank {format_ranks(exited)}" if exited else f"{len(missing)} local rank(s)"
-    has = "has" if len(exited) == 1 else "have"
-    where = f"; the {majority.label} wait in {majority.where()}" if majority else ""
+    what = rank_label(exited) if exited else plural(len(missing), "local rank")
+    count = len(exited) or len(missing)
+    where = (
+        f"; the {majority.label} {majority.verb('wait')} in {majority.where()}" if majority else ""
+    )
     yield Finding(
-        title=f"{what} exited while its peers wait",
-        summary=f"{what.capitalize()} {has} no live process{where}. The peers cannot finish without it.",
+        title=f"{what} exited while {'its' if count == 1 else 'their'} peers wait",
+        summary=f"{what.capitalize()} {agree(count, 'have')} no live process{where}. The peers cannot finish without it.",
         ranks=exited,
         location=majority.location if majority else None,
         confidence=round((0.9 if all_wait else 0.65) * coverage_factor(view), 3),

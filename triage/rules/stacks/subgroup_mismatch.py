@@ -8,7 +8,7 @@ from triage.models import Finding
 from triage.observations import RankActivity
 from triage.registry import EvidenceSet, rule
 from triage.rules.stacks._hang_view import coverage_factor, hang_view
-from triage.text import format_ranks
+from triage.text import rank_label
 
 _WORLD_SETUP = {
     "init_process_group",
@@ -62,16 +62,17 @@ def subgroup_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
         absent_members = sorted(set(skipped) & set(members)) if members else []
         culprits = absent_members or skipped
         who = (
-            f" Rank {format_ranks(absent_members)} {'is a member' if len(absent_members) == 1 else 'are members'}"
+            f" {rank_label(absent_members).capitalize()} {'is a member' if len(absent_members) == 1 else 'are members'}"
             f" of the new group {members} and never called it."
             if absent_members
             else ""
         )
         yield Finding(
-            title=f"rank {format_ranks(culprits)} never called the {waiting.first.op} its group waits in",
+            title=f"{rank_label(culprits)} never called the {waiting.first.op} "
+            f"{'its' if len(culprits) == 1 else 'their'} group waits in",
             summary=(
-                f"The {waiting.label} wait in {waiting.where()}, which every rank must call; "
-                f"rank {format_ranks(skipped)} went on to {elsewhere.where()}.{who}"
+                f"The {waiting.label} {waiting.verb('wait')} in {waiting.where()}, which every rank must call; "
+                f"{rank_label(skipped)} went on to {elsewhere.where()}.{who}"
             ),
             ranks=culprits,
             location=waiting.location,

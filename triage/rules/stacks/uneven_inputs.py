@@ -87,9 +87,9 @@ def uneven_inputs(evidence: EvidenceSet) -> Iterator[Finding]:
         yield Finding(
             title=f"{finished.label} left the training loop while {running.label} did not",
             summary=(
-                f"{finished.label.capitalize()} already {finished.verb('stand', 'stands')} after the "
+                f"{finished.label.capitalize()} already {finished.verb('stand')} after the "
                 f"loop, in {finished.where()}, while {running.label} still "
-                f"{running.verb('wait', 'waits')} inside it, in {running.where()}: the ranks ran "
+                f"{running.verb('wait')} inside it, in {running.where()}: the ranks ran "
                 f"different numbers of steps.{also}"
             ),
             ranks=culprit.ranks,

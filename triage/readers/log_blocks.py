@@ -1,0 +1,295 @@
+"""Multi-line blocks in logs: tracebacks, stack dumps and launcher failure reports.
+
+Python tracebacks, faulthandler and py-spy dumps, torch's stack of a failed collective,
+torchelastic's failure report and torch.cuda.memory_summary() tables each span many lines;
+lines of several writers (ranks) may interleave, so one block stays open per writer
+(`Origin`). The scanner feeds the lines around each block anchor, in order; a gap in the
+line numbers closes every open block.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from triage.observations import Frame, TracebackRecord
+from triage.readers.log_prefilter import MAX_LINE
+from triage.readers.signatures.blocks import FAILED_COLLECTIVE_START, TRACEBACK_START
+from triage.readers.signatures.memory import SUMMARY_TITLE, SummaryTable
+from triage.readers.stacks import is_user_code
+
+#: The same traceback (writer, exception, frames) is kept this many times: a traceback
+#: repeated every step reads as one.
+SAME_BLOCK_KEPT = 3
+
+_TB_START = TRACEBACK_START
+_TB_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+?)\s*$')
+_FH_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>.+?)\s*$')
+_FH_START = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):")
+_PYSPY_THREAD = re.compile(
+    r'^Thread (?P<tid>\d+|0x[0-9A-Fa-f]+) \((?:idle|active)[^)]*\): "(?P<name>[^"]*)"'
+)
+_PYSPY_PROCESS = re.compile(r"^Process (?P<pid>\d+): ")
+_PYSPY_PYTHON = re.compile(r"^Python v\d+\.\d+")
+_PYSPY_FRAME = re.compile(r"^\s+(?P<func>[^\s(][^(]*?) \((?P<file>[^():]+):(?P<line>\d+)\)\s*$")
+_FR_START = FAILED_COLLECTIVE_START
+_FR_FRAME = re.compile(r"^#\d+ (?P<func>\S.*?) from (?P<file>.+):(?P<line>\d+)$")
+_REPORT_ENTRY = re.compile(r"^\[\d+\]:\s*$")
+_REPORT_FIELD = re.compile(r"^\s+(?P<key>[a-z_]+)\s*:\s?(?P<value>.*)$")
+_EXC_LINE = re.compile(
+    r"^(?P<type>(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Warning|Failure))"
+    r"(?::\s?(?P<msg>.*))?$"
+)
+#: Text without which a line opens no block: with nothing open, it is skipped at once (a log
+#: of a million WARN lines pays one search a line, not every block pattern).
+_MAY_OPEN = re.compile(
+    "|".join(
+        re.escape(text)
+        for text in (
+            _TB_START,
+            "most recent call first",
+            "Thread ",
+            "Current thread",
+            "Process ",
+            'File "',
+            "Failures:",
+            "Root Cause (first observed failure):",
+            _FR_START,
+            SUMMARY_TITLE,
+        )
+    )
+)
+
+
+@dataclass
+class Origin:
+    """Who wrote a line: what its prefixes and its file say."""
+
+    rank: int | None = None
+    local_rank: int | None = None
+    host: str | None = None
+    pid: int | None = None
+    device: int | None = None
+
+    def key(self) -> tuple[object, ...]:
+        return (self.rank, self.local_rank, self.host, self.pid)
+
+
+class BlockParser:
+    """Tracebacks and stack dumps, one open block per writer (interleaved ranks stay apart)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.open: dict[tuple[object, ...], _Block] = {}
+        self.records: list[TracebackRecord] = []
+        self.pyspy_pid: int | None = None
+        self.pyspy_header: int | None = None
+        self.joined: list[tuple[int, str, Origin]] = []
+        self.seen: dict[tuple[object, ...], int] = {}
+        self.fr_key: tuple[object, ...] | None = None
+        self.report: tuple[int, list[str], Origin] | None = None
+        self.report_section = ""
+        self.summaries: dict[tuple[object, ...], tuple[int, Origin, SummaryTable]] = {}
+
+    def reset(self) -> None:
+        for key in list(self.summaries):
+            self._close_summary(key)
+        self.pyspy_header = None
+        for key in list(self.open):
+            self._close(key)
+        self._close_report()
+        self.report_section = ""
+
+    def feed(self, number: int, text: str, origin: Origin) -> None:
+        idle = not (self.open or self.summaries or self.report_section)
+        if idle and self.pyspy_header is None and not _MAY_OPEN.search(text):
+            return
+        if self._feed_summary(number, text, origin):
+            return
+        if self._feed_report(number, text, origin):
+            return
+        key = origin.key()
+        block = self.open.get(key)
+        stripped = text.strip()
+        if _FR_START in stripped:
+            self._close(key)
+            self.open[key] = _Block("fr", number, origin, origin.pid, message=_FR_START[:-1])
+            self.fr_key = key
+            return
+        collective_frame = _FR_FRAME.match(stripped)
+        if collective_frame and self.fr_key in self.open:
+            # torch prints the frames without the rank prefix of the line announcing them
+            frame_of = collective_frame
+            self.open[self.fr_key].frames.append(
+                Frame(function=frame_of["func"], file=frame_of["file"], line=int(frame_of["line"]))
+            )
+            return
+        header, self.pyspy_header = self.pyspy_header, None
+        process = _PYSPY_PROCESS.match(stripped)
+        if process:
+            self.pyspy_header = int(process.group("pid"))
+            return
+        if header is not None and _PYSPY_PYTHON.match(stripped):
+            self.pyspy_pid = header  # the process every thread dump below belongs to
+            return
+        if (
+            stripped.startswith(_TB_START)
+            or _FH_START.match(stripped)
+            or _PYSPY_THREAD.match(stripped)
+        ):
+            self._close(key)
+            style = (
+                "tb"
+                if stripped.startswith(_TB_START)
+                else "fh"
+                if _FH_START.match(stripped)
+                else "pyspy"
+            )
+            pid = origin.pid if origin.pid is not None else self._pyspy_pid(stripped, style)
+            self.open[key] = _Block(style, number, origin, pid)
+            return
+        frame = _TB_FRAME.match(text) or _FH_FRAME.match(text)
+        if block is None:
+            if frame:  # frames without a header: a pasted excerpt of a traceback or dump
+                style = "tb" if _TB_FRAME.match(text) else "fh"
+                block = self.open[key] = _Block(style, number, origin, origin.pid)
+            else:
+                return
+        if block.style == "pyspy":
+            spy = _PYSPY_FRAME.match(text)
+            if spy:
+                block.frames.append(
+                    Frame(function=spy["func"], file=spy["file"], line=int(spy["line"]))
+                )
+            elif stripped and not text[:1].isspace():  # `--locals` lines are indented
+                self._close(key)
+            return
+        if frame:
+            block.frames.append(
+                Frame(function=frame["func"], file=frame["file"], line=int(frame["line"]))
+            )
+            return
+        if block.style == "tb":
+            # The exception line ends a traceback; it is indented when a launcher report
+            # quotes the traceback. Any other unindented line ends it without a message.
+            exc = _EXC_LINE.match(stripped)
+            if exc:
+                block.exception, block.message = exc["type"], (exc["msg"] or "").strip()
+                self._close(key)
+            elif stripped and not text[:1].isspace() and block.frames:
+                self._close(key)
+            return
+        if stripped and not text[:1].isspace():
+            self._close(key)
+
+    def _pyspy_pid(self, header: str, style: str) -> int | None:
+        """The process of a py-spy thread dump: its `Process PID:` header, else the id of its
+        main thread, which on Linux py-spy prints as the OS thread id, the process's pid."""
+        if style != "pyspy":
+            return None
+        if self.pyspy_pid is not None:
+            return self.pyspy_pid
+        thread = _PYSPY_THREAD.match(header)
+        if thread and thread["name"] == "MainThread" and thread["tid"].isdigit():
+            return int(thread["tid"])
+        return None
+
+    def _feed_report(self, number: int, text: str, origin: Origin) -> bool:
+        """torchelastic's failure report spreads one failed rank over several lines: join them."""
+        stripped = text.strip()
+        if stripped in ("Failures:", "Root Cause (first observed failure):"):
+            self._close_report()
+            self.report_section = stripped
+            return True
+        if not self.report_section:
+            return False
+        if _REPORT_ENTRY.match(stripped):
+            self._close_report()
+            self.report = (number, [], origin)
+            return True
+        field_line = _REPORT_FIELD.match(text)
+        if field_line and self.report is not None:
+            self.report[1].append(f"{field_line['key']} : {field_line['value'].strip()}")
+            return True
+        self._close_report()
+        if stripped.startswith(("---", "===")) or stripped == "<NO_OTHER_FAILURES>":
+            return True
+        self.report_section = ""
+        return False
+
+    def _feed_summary(self, number: int, text: str, origin: Origin) -> bool:
+        """A torch.cuda.memory_summary() table spreads one device's counters over ~45 rows:
+        join them into one line for `memory.summary`."""
+        key = origin.key()
+        if SUMMARY_TITLE in text:
+            self._close_summary(key)
+            self.summaries[key] = (number, origin, SummaryTable(text))
+            return True
+        table = self.summaries.get(key)
+        if table is None:
+            return False
+        if not table[2].feed(text):
+            self._close_summary(key)
+            return False
+        if table[2].done:
+            self._close_summary(key)
+        return True
+
+    def _close_summary(self, key: tuple[object, ...]) -> None:
+        opened = self.summaries.pop(key, None)
+        text = opened[2].text() if opened else None
+        if opened and text:
+            self.joined.append((opened[0], text, opened[1]))
+
+    def _close_report(self) -> None:
+        if self.report is None:
+            return
+        number, fields, origin = self.report
+        self.report = None
+        if fields:
+            first = " first observed failure" if self.report_section.startswith("Root") else ""
+            self.joined.append((number, " ".join(fields) + first, origin))
+
+    def _close(self, key: tuple[object, ...]) -> None:
+        block = self.open.pop(key, None)
+        if block is None or not block.frames:
+            return
+        same = (block.origin.key(), block.exception, tuple(f.key() for f in block.frames[:8]))
+        self.seen[same] = self.seen.get(same, 0) + 1
+        if self.seen[same] > SAME_BLOCK_KEPT:  # a traceback repeated every step reads as one
+            return
+        frames = list(reversed(block.frames)) if block.style == "tb" else block.frames
+        user = next((f for f in frames if is_user_code(f.file)), None)
+        self.records.append(
+            TracebackRecord(
+                path=self.path,
+                line=block.start,
+                rank=block.origin.rank,
+                local_rank=block.origin.local_rank,
+                host=block.origin.host,
+                pid=block.pid,
+                exception=block.exception,
+                message=block.message[:MAX_LINE],
+                frames=frames[:200],
+                user_frame=user,
+                dump=block.style != "tb" or _interrupted(block.exception),
+            )
+        )
+
+
+def _interrupted(exception: str | None) -> bool:
+    """Ctrl-C or a launcher's SIGTERM stops a waiting rank where it waits: its traceback
+    is a stack dump, not the failure."""
+    name = (exception or "").rsplit(".", 1)[-1]
+    return name in ("KeyboardInterrupt", "SignalException")
+
+
+@dataclass
+class _Block:
+    style: str
+    start: int
+    origin: Origin
+    pid: int | None
+    frames: list[Frame] = field(default_factory=list)
+    exception: str | None = None
+    message: str = ""

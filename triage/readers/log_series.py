@@ -1,0 +1,79 @@
+"""Frequent lines folded into series: how many, where they start and stop, how far they got.
+
+A frequent signature (NCCL's per-op COLL lines) names a series per line (its
+communicator). Each series keeps its count, its first few and last few lines as signals
+(the rules read those as they read any signal: the last opCount a rank reached on a
+communicator is the lagging rank's evidence) and nothing else, so a log of millions of
+such lines costs a few signals per communicator. Lines arrive both one by one (context of
+an anchor, a line that ends the file) and as parts the first pass counted in bulk.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from triage.observations.log_lines import LogSignal
+from triage.readers.log_runs import SERIES_FIRST, SERIES_LAST, Key
+
+
+@dataclass
+class Tally:
+    """One series of one file: one writer's lines of one key (a communicator)."""
+
+    signature: str
+    writer: str
+    key: str
+    count: int = 0
+    first: list[LogSignal] = field(default_factory=list)
+    last: deque[LogSignal] = field(default_factory=lambda: deque(maxlen=SERIES_LAST))
+
+    def keep(self, signal: LogSignal) -> None:
+        """Keep a line in order: among the first few, else among the last few."""
+        if len(self.first) < SERIES_FIRST:
+            self.first.append(signal)
+        elif signal.line > self.first[-1].line and (
+            not self.last or signal.line > self.last[-1].line
+        ):
+            self.last.append(signal)
+
+    @property
+    def latest(self) -> LogSignal:
+        return self.last[-1] if self.last else self.first[-1]
+
+    def kept(self) -> list[LogSignal]:
+        return self.first + list(self.last)
+
+
+class SeriesBook:
+    """The series of one file, fed stretch by stretch in file order."""
+
+    def __init__(self) -> None:
+        self.tallies: dict[Key, Tally] = {}
+        self._stretch: list[tuple[LogSignal, Key, bool]] = []
+
+    def add(self, signal: LogSignal, key: Key, *, counted: bool = True) -> None:
+        """A line of the current stretch; `counted` lines add to the count themselves, the
+        samples of a bulk part do not (`add_count` adds theirs)."""
+        self._stretch.append((signal, key, counted))
+
+    def add_count(self, key: Key, count: int) -> None:
+        self._tally(key).count += count
+
+    def close_stretch(self) -> None:
+        """Keep the stretch's lines in line order (its parts and single lines interleave)."""
+        seen: set[tuple[Key, int]] = set()
+        for signal, key, counted in sorted(self._stretch, key=lambda item: item[0].line):
+            tally = self._tally(key)
+            if counted:
+                tally.count += 1
+            if (key, signal.line) not in seen:
+                seen.add((key, signal.line))
+                tally.keep(signal)
+        self._stretch = []
+
+    def _tally(self, key: Key) -> Tally:
+        found = self.tallies.get(key)
+        if found is None:
+            found = self.tallies[key] = Tally(*key)
+        return found

@@ -1,0 +1,27 @@
+"""Anchors of multi-line blocks: tracebacks, stack dumps and launcher reports.
+
+They name no failure themselves; the first pass keeps the lines after them so that the
+block parsers (`triage.readers.log_blocks`) see the whole block. Registered with the
+signatures so that every process that scans (a pool's workers too) looks for the same set.
+"""
+
+from __future__ import annotations
+
+from triage.readers.signatures import block_anchor
+
+TRACEBACK_START = "Traceback (most recent call last):"
+FAILED_COLLECTIVE_START = "Stack trace of the failed collective:"
+
+for _anchor, _after in (
+    (TRACEBACK_START, 400),
+    ("(most recent call first):", 200),
+    (' (idle): "', 200),
+    (' (active): "', 200),
+    (' (active+gil): "', 200),
+    ("Process ", 1),  # py-spy's `Process PID: cmdline`, confirmed by `Python vX.Y` below it
+    ('File "', 1),
+    ("Root Cause (first observed failure):", 12),
+    (FAILED_COLLECTIVE_START, 80),
+    ("Failures:", 60),
+):
+    block_anchor(_anchor, _after)
