@@ -75,4 +75,4 @@ def test_json_round_trips_through_the_contract(tmp_path: Path) -> None:
     report = sample(tmp_path)
     again = Report.model_validate_json(render_json(report))
     assert again == report
-    assert again.schema_version == "1.0"
+    assert again.schema_version == "1.1"

@@ -11,7 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = "1.0"
+# 1.1: symptoms have one name each (comm-error, wrong-results); rank_groups[].rank_pids.
+SCHEMA_VERSION = "1.1"
 
 
 class Contract(BaseModel):

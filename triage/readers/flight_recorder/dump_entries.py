@@ -6,6 +6,7 @@ belongs to (its own word, its groups' members, or its file name)."""
 from __future__ import annotations
 
 import bisect
+import os
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -35,7 +36,9 @@ _P2P_NAME = re.compile(r"^(send|recv)\s+(\d+)\s*(?:->|<-)\s*(\d+|\?)")
 
 def rank_from_name(path: str) -> int | None:
     """`nccl_trace_rank_12`, `host-07_rank3.pickle`, `node4-12`: the rank the name ends with."""
-    name = Path(path).name
+    name = os.path.basename(path)
+    if name in ("", "."):  # 'dir/' or 'dir/.': the folder's name, as Path(path).name gives
+        name = Path(path).name
     lowered = name.lower()
     while lowered.endswith(_DUMP_SUFFIXES):
         cut = next(s for s in _DUMP_SUFFIXES if lowered.endswith(s))
@@ -65,6 +68,9 @@ def _sizes(value: Any) -> Sizes:
     """[[1024, 1024]] -> ((1024, 1024),); anything but lists of ints becomes ()."""
     if type(value) is not list:
         return ()
+    if len(value) == 1 and type(value[0]) is list:  # one tensor: most ops
+        shape = tuple(value[0][:16])
+        return (shape,) if _INTS.issuperset(map(type, shape)) else ((),)
     out = []
     for dims in value[:64]:
         if type(dims) is list:
@@ -77,8 +83,11 @@ def _sizes(value: Any) -> Sizes:
 
 
 def _strings(value: Any) -> tuple[str, ...]:
-    if type(value) is list and _STRS.issuperset(map(type, value[:64])):
-        return tuple(value[:64])
+    if type(value) is list:
+        if len(value) == 1 and type(value[0]) is str:  # one tensor: most ops
+            return (value[0],)
+        if _STRS.issuperset(map(type, value[:64])):
+            return tuple(value[:64])
     if isinstance(value, str):
         return (value,)
     return tuple(str(v) for v in value[:64]) if isinstance(value, list) else ()
@@ -102,12 +111,18 @@ def _user_frame(frames: Any) -> tuple[FrameKey | None, bool]:
     if not isinstance(frames, list):
         return None, False
     whole = True
+    user_files = _USER_FILES
     for item in frames[:128]:
         if not isinstance(item, dict):
             whole = False  # a frame recorded before the part of the dump that was read
             continue
         filename = item.get("filename")
-        if type(filename) is str and _is_user_file(filename):
+        if type(filename) is not str:
+            continue
+        user = user_files.get(filename)
+        if user is None:
+            user = _is_user_file(filename)
+        if user:
             if not whole:
                 return None, False
             line = item.get("line")
@@ -188,6 +203,7 @@ def _reduce(
     configs = _configs(header.get("pg_config"))
     status = _status(header.get("pg_status"))
     groups: dict[GroupKey, GroupTrack] = {}
+    keys: dict[str, GroupKey] = {}  # group name -> key, for this dump's config
     frames: dict[int, Any] = {}
     blocked: Entry | None = None
     last: Entry | None = None
@@ -201,7 +217,9 @@ def _reduce(
             first_record = entry.record
             backend = str(raw.get("profiling_name", "")).rpartition(":")[0]
         frames[entry.record] = raw.get("frames")
-        key = group_key(entry.group, configs.get(entry.group))
+        key = keys.get(entry.group)
+        if key is None:
+            key = keys[entry.group] = group_key(entry.group, configs.get(entry.group))
         track = groups.get(key)
         if track is None:
             track = groups[key] = GroupTrack(entry.group, entry.desc)
