@@ -36,7 +36,7 @@ PATH_SUFFIXES = ("_files", "_file", "_dir", "_path", "_paths")
 
 def is_path_param(name: str) -> bool:
     """Inputs that name files or folders, by the registry's naming convention."""
-    return name == "paths" or name.endswith(PATH_SUFFIXES)
+    return name in ("paths", "collections") or name.endswith(PATH_SUFFIXES)
 
 
 def path_values(value: Any) -> list[str]:
