@@ -99,3 +99,23 @@ def test_the_hang_reports_command_lines_and_environments_are_masked(
     assert "--db-pass" in done.stdout  # the command line is there, its value is not
     for secret in (HF, AWS_SECRET, SECRETS["option"]):
         assert secret not in done.stdout
+
+
+def test_triages_own_fields_survive_redaction() -> None:
+    """A log signal's `signature` and the LLM pass's token counts read like secrets by name."""
+    from triage.models import Evidence, LlmRun, Report
+    from triage.redacted import redacted
+
+    report = Report(
+        symptom="hang",
+        playbook="hang",
+        evidence=[
+            Evidence(
+                id="s", kind="log_signal", source="a", summary="x", data={"signature": "nccl.warn"}
+            )
+        ],
+        llm=LlmRun(model="m", outcome="report", input_tokens=12, output_tokens=3),
+    )
+    again = redacted(report)
+    assert again.evidence[0].data["signature"] == "nccl.warn"
+    assert again.llm is not None and again.llm.input_tokens == 12

@@ -128,9 +128,23 @@ def _mask_assignments(text: str) -> str:
     return "".join(out) + text[pos:]
 
 
+#: triage's own field names that read like secrets: a failure signature's name, the LLM
+#: pass's token counts.
+_OWN_KEYS = frozenset(
+    {
+        "signature",
+        "input_tokens",
+        "output_tokens",
+        "cache_creation_input_tokens",
+        "cache_read_input_tokens",
+    }
+)
+
+
 def redact_value(value: Any, key: str | None = None) -> Any:
     """A copy of JSON-like data with secrets masked: by key name, then by shape."""
-    if key is not None and is_secret_name(key) and isinstance(value, str | int | float):
+    own = key in _OWN_KEYS
+    if key is not None and not own and is_secret_name(key) and isinstance(value, str | int | float):
         return MASK
     if isinstance(value, str):
         return redact_text(value)
