@@ -45,7 +45,7 @@ def main() -> int:
     args = parser.parse_args()
     triage = [str(Path(sys.executable).parent / "triage")]
     with RankJob(args.scenario, world_size=args.ranks) as job:
-        job.wait_until_stalled()
+        job.wait_until_stalled(timeout_s=600)  # 32 ranks start slowly on a busy 2-core host
         pids = [str(p) for p in job.pids]
         baseline, ours, startup, verdicts = [], [], [], set()
         for _ in range(args.repeat):

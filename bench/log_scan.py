@@ -70,6 +70,8 @@ class Run:
     grep_c: list[float] = field(default_factory=list)
     grep_n: list[float] = field(default_factory=list)
     triage: list[float] = field(default_factory=list)
+    grep_cpu: list[float] = field(default_factory=list)
+    triage_cpu: list[float] = field(default_factory=list)
     rss_mb: list[float] = field(default_factory=list)
     pss_mb: list[float] = field(default_factory=list)
     matching: int = 0
@@ -94,12 +96,21 @@ def grep_pattern() -> str:
     return "|".join(ere_escape(a) for a in sorted(signatures.anchors(), key=len, reverse=True))
 
 
-def timed(
-    cmd: list[str], env: dict[str, str] | None = None, *, sample: bool = False
-) -> tuple[float, int, bytes, int, int]:
-    """Wall seconds, exit code, stdout, the peak RSS in KiB of the child or its largest
-    reaped child (wait4), and with `sample` the peak PSS in KiB of the child and its
-    children together (sampled every 50 ms, 0 without)."""
+@dataclass
+class Timed:
+    """One command's run."""
+
+    seconds: float
+    cpu: float  # user + system seconds of it and the children it waited for
+    code: int
+    stdout: bytes
+    rss_kib: int  # its peak RSS, or its largest reaped child's (wait4)
+    pss_kib: int  # the peak PSS of it and its children together (sampled), 0 unsampled
+
+
+def timed(cmd: list[str], env: dict[str, str] | None = None, *, sample: bool = False) -> Timed:
+    """Run a command to the end, as wait4 reports it (not a sampler), and with `sample`
+    the PSS of its process tree every 50 ms."""
     # Output goes to files, never /dev/null: GNU grep stops at the first match when it sees /dev/null.
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         started = time.perf_counter()
@@ -121,7 +132,8 @@ def timed(
         stderr = err.read()
     if proc.returncode not in (0, 1):
         sys.stderr.write(stderr.decode(errors="replace")[-2000:])
-    return seconds, proc.returncode, stdout, usage.ru_maxrss, peak[0]
+    cpu = usage.ru_utime + usage.ru_stime
+    return Timed(seconds, cpu, proc.returncode, stdout, usage.ru_maxrss, peak[0])
 
 
 def _sample_pss(pid: int, peak: list[int], done: threading.Event) -> None:
@@ -175,26 +187,26 @@ def measure(case: Case, repeat: int) -> Run:
     grep_env = dict(os.environ, LC_ALL="C")
     names = [str(p) for p in case.files]
     pattern = grep_pattern()
-    warm(case.files)
     run = Run()
     for _ in range(repeat):
-        seconds, _, out, _, _ = timed(["grep", "-E", "-c", pattern, *names], grep_env)
-        run.grep_c.append(seconds)
-        counts = out.decode().split()
-        run.matching = sum(int(c.rsplit(":", 1)[-1]) for c in counts)
-        run.grep_n.append(timed(["grep", "-E", "-n", pattern, *names], grep_env)[0])
-        seconds, code, out, rss, pss = timed(
-            [triage_cli, "analyze", str(case.target), "--json"], sample=True
-        )
-        run.triage.append(seconds)
-        run.rss_mb.append(rss / 1024)
-        run.pss_mb.append(pss / 1024)
+        warm(case.files)
+        grep = timed(["grep", "-E", "-c", pattern, *names], grep_env)
+        run.grep_c.append(grep.seconds)
+        run.grep_cpu.append(grep.cpu)
+        run.matching = sum(int(c.rsplit(":", 1)[-1]) for c in grep.stdout.decode().split())
+        run.grep_n.append(timed(["grep", "-E", "-n", pattern, *names], grep_env).seconds)
+        warm(case.files)  # grep -n wrote as much as it read: the logs may have left the cache
+        ours = timed([triage_cli, "analyze", str(case.target), "--json"], sample=True)
+        run.triage.append(ours.seconds)
+        run.triage_cpu.append(ours.cpu)
+        run.rss_mb.append(ours.rss_kib / 1024)
+        run.pss_mb.append(ours.pss_kib / 1024)
         try:
-            run.report = json.loads(out)
+            run.report = json.loads(ours.stdout)
         except ValueError:
-            run.crashed = f"exit {code}, stdout is not JSON"
-        if code not in (0, 1):
-            run.crashed = f"exit {code}"
+            run.crashed = f"exit {ours.code}, stdout is not JSON"
+        if ours.code not in (0, 1):
+            run.crashed = f"exit {ours.code}"
     return run
 
 
@@ -213,6 +225,11 @@ def show(case: Case, run: Run) -> bool:
         ratio = mine / base
         verdict = "met" if ratio <= TARGET_RATIO else "MISSED"
         print(f"ratio vs {label:<9} {ratio:.2f}x  (target <= {TARGET_RATIO:.1f}x: {verdict})")
+    cpu_grep, cpu_mine = statistics.median(run.grep_cpu), statistics.median(run.triage_cpu)
+    print(
+        f"CPU seconds        grep -c {cpu_grep:.2f}, triage {cpu_mine:.2f} in all its processes "
+        f"({cpu_mine / max(cpu_grep, 0.01):.2f}x; the wall ratio is the target)"
+    )
     rss = max(run.rss_mb)
     verdict = "met" if rss <= TARGET_RSS_MB else "MISSED"
     print(

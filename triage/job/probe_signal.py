@@ -28,6 +28,7 @@ import psutil
 
 from triage.job.probe_protocol import DEFAULT_DUMP_DIR, DUMP_DIR_ENV, signal_of, snapshot_glob
 from triage.models import Gap
+from triage.readers.object_bounds import check_json
 
 WAIT_S = 10.0
 MAX_SNAPSHOT_BYTES = 256 << 20
@@ -136,8 +137,10 @@ def flight_recorder_of(snapshot: Path) -> Path | None:
     """The Flight Recorder dump a snapshot names (its path is relative to the snapshot)."""
     try:
         with snapshot.open("rb") as handle:
-            data = json.loads(handle.read(MAX_SNAPSHOT_BYTES))
-    except (OSError, ValueError):
+            raw = handle.read(MAX_SNAPSHOT_BYTES)
+        check_json(raw)
+        data = json.loads(raw)
+    except (OSError, ValueError):  # TooManyObjects among them
         return None
     name = data.get("flight_recorder") if isinstance(data, dict) else None
     if not isinstance(name, str) or not name:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import FailFast, Field
 
 from triage.observations.payload import Payload
 from triage.observations.ranks import Frame
@@ -80,7 +80,9 @@ class ThreadStack(Payload):
 
 
 class ProbeSnapshot(Payload):
-    """One rank's in-process evidence at one call of triage.probe.snapshot()."""
+    """One rank's in-process evidence at one call of triage.probe.snapshot(). Its lists
+    stop at their first invalid item: a crafted file of millions of bad records must not
+    cost an error object each."""
 
     format: Literal["triage.probe/1"] = PROBE_FORMAT
     rank: int | None
@@ -97,9 +99,9 @@ class ProbeSnapshot(Payload):
     wrappers: list[str] = Field(
         default_factory=list, description="Wrappers around the model: DistributedDataParallel, ..."
     )
-    groups: list[GroupRecord] = Field(default_factory=list)
-    meshes: list[MeshRecord] = Field(default_factory=list)
-    tensors: list[TensorRecord] = Field(default_factory=list)
+    groups: Annotated[list[GroupRecord], FailFast()] = Field(default_factory=list)
+    meshes: Annotated[list[MeshRecord], FailFast()] = Field(default_factory=list)
+    tensors: Annotated[list[TensorRecord], FailFast()] = Field(default_factory=list)
     optimizer: dict[str, Any] | None = Field(
         default=None, description="Optimizer class, hyperparameters per group, state size."
     )
@@ -111,7 +113,7 @@ class ProbeSnapshot(Payload):
         description="Path of the Flight Recorder dump, relative to the snapshot's folder: the"
         " signal path's dump, or one beside it (snapshot(flight_recorder=True)).",
     )
-    stacks: list[ThreadStack] = Field(default_factory=list)
+    stacks: Annotated[list[ThreadStack], FailFast()] = Field(default_factory=list)
     environment: dict[str, str] = Field(
         default_factory=dict, description="Launcher, NCCL_*, TORCH_* variables; secrets redacted."
     )

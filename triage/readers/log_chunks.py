@@ -43,6 +43,8 @@ class Stretch:
 def stretches(path: Path, size: int) -> list[Stretch]:
     """The file cut every CHUNK bytes at the next line's end (inside a line only when no
     newline comes within ALIGN bytes: a binary file or a progress bar redrawn in place)."""
+    if size <= CHUNK:
+        return [Stretch(str(path), 0, size)] if size else []
     cuts = [0]
     with path.open("rb") as handle:
         target = CHUNK

@@ -36,6 +36,7 @@ from triage.readers.log_chunks import scan_stretches
 from triage.readers.log_prefilter import MAX_LINE, RangeScan, last_line
 from triage.readers.log_runs import writer_of
 from triage.readers.log_series import SeriesBook, Tally
+from triage.readers.object_bounds import check_json
 from triage.readers.stacks import classify
 
 MAX_ERROR_FILE = 16 << 20
@@ -172,8 +173,10 @@ def _elastic_error(path: Path, size: int) -> ScanResult | None:
     if size > MAX_ERROR_FILE or path.suffix != ".json":
         return None
     try:
-        payload = json.loads(path.read_text(errors="replace"))
-    except (ValueError, UnicodeDecodeError):
+        text = path.read_text(errors="replace")
+        check_json(text)
+        payload = json.loads(text)
+    except (ValueError, UnicodeDecodeError):  # TooManyObjects among them
         return None
     if isinstance(payload, dict) and isinstance(payload.get("message"), (dict, str)):
         return _scan_elastic_error(path, payload)
@@ -296,21 +299,16 @@ class _Reader:
             return
         for number, raw, anchored in scan.hits:
             text, origin = split_prefix(raw, self.origin)
-            found = self._match(self.base + number, text, origin, writer_of(raw))
+            found = self._match(self.base + number, text, origin, raw)
             self.result.noise += anchored and not found
             self._feed(self.base + number, text, origin)
         for number, raw in scan.overflow:
             if self.base + number > self.fed:
                 self._feed(self.base + number, *split_prefix(raw, self.origin))
         for key, part in scan.series.items():
-            sig = signatures.SIGNATURES[key[0]]
             self.book.add_count(key, part.count)
             for number, raw in dict(part.first + part.last).items():
-                text, origin = split_prefix(raw, self.origin)
-                fields = sig.match(text)
-                if fields is not None:
-                    match = (sig, fields, text, self.base + number, origin)
-                    self.book.add(_signal(match, self.path), key, counted=False)
+                self.book.add((self.base + number, raw), key, counted=False)
         self.book.close_stretch()
         self.base += scan.newlines
         self.unterminated = scan.unterminated
@@ -322,25 +320,36 @@ class _Reader:
         self.book.close_stretch()
         result = self.result
         result.lines = self.base + self.unterminated
-        result.series = list(self.book.tallies.values())
-        kept = self.bounded.signals(self.path) + [s for t in result.series for s in t.kept()]
+        result.series = [t for t in self.book.tallies.values() if self._read_series(t)]
+        kept = self.bounded.signals(self.path) + [s for t in result.series for s in t.signals]
         result.signals = sorted(kept, key=lambda s: s.line)
         result.tracebacks = self.parser.records
         result.dropped = self.bounded.dropped
         return result
 
-    def _match(self, number: int, text: str, origin: Origin, writer: str = "") -> bool:
-        """Signals of one line, each kept by its signature's retention."""
+    def _match(self, number: int, text: str, origin: Origin, raw: str = "") -> bool:
+        """Signals of one line, each kept by its signature's retention (`raw`: the line
+        with its prefixes, which name the writer of a series)."""
         found = False
         for sig, fields in signatures.matches(text):
             found = True
-            match = (sig, fields, text, number, origin)
             if sig.series is None:
-                self.bounded.add(match)
+                self.bounded.add((sig, fields, text, number, origin))
             else:
-                key = (sig.name, writer, str(fields.get(sig.series.key)))
-                self.book.add(_signal(match, self.path), key)
+                key = (sig.name, writer_of(raw), str(fields.get(sig.series.key)))
+                self.book.add((number, raw), key)
         return found
+
+    def _read_series(self, tally: Tally) -> bool:
+        """Read a series' kept lines into signals; a line that holds the series' token but
+        does not parse (cut short) is left out, and a series with no line left with it."""
+        sig = signatures.SIGNATURES[tally.signature]
+        for number, raw in tally.kept():
+            text, origin = split_prefix(raw, self.origin)
+            fields = sig.match(text)
+            if fields is not None:
+                tally.signals.append(_signal((sig, fields, text, number, origin), self.path))
+        return bool(tally.signals)
 
     def _feed(self, number: int, text: str, origin: Origin) -> None:
         """A line for the block parsers, once, in order; a gap closes the open blocks."""

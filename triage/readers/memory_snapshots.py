@@ -35,6 +35,7 @@ from triage.observations import (
 )
 from triage.readers.flight_recorder import looks_like_dump
 from triage.readers.logscan import file_origin
+from triage.readers.object_bounds import TooManyObjects, check_json
 from triage.readers.safe_pickle import MAX_PICKLE_BYTES, read_bounded
 from triage.readers.safe_pickle import load_untrusted as _load_pickle
 from triage.readers.signatures.memory import user_frame
@@ -107,7 +108,10 @@ def read_json(path: Path) -> list[ParsedDump]:
     data = _read_if_memory(path, MAX_JSON_BYTES, _SNAPSHOT_MARKERS + _STATS_MARKERS)
     text = data.decode("utf-8", "replace")
     try:
+        check_json(data)
         payload: Any = json.loads(text)
+    except TooManyObjects as exc:
+        raise UnreadableMemoryDump(str(exc)) from None
     except ValueError:
         payload = _json_lines(text)
     except RecursionError:

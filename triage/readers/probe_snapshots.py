@@ -32,6 +32,7 @@ from triage.observations import (
     SnapshotSummary,
     TensorRecord,
 )
+from triage.readers.object_bounds import TooManyObjects, check_json
 from triage.readers.stacks import classify, is_user_code
 
 MAX_BYTES = 512 << 20
@@ -78,14 +79,19 @@ class Choice:
 
 
 def read_bytes(path: str) -> bytes:
-    """A snapshot file's bytes, up to MAX_BYTES; raises UnusableSnapshot."""
+    """A snapshot file's bytes, up to MAX_BYTES and as many containers as its size allows
+    (`triage.readers.object_bounds`); raises UnusableSnapshot."""
     try:
         size = Path(path).stat().st_size
         if size > MAX_BYTES:
             raise UnusableSnapshot(f"over the {MAX_BYTES}-byte limit for snapshots: not read")
-        return Path(path).read_bytes()
+        data = Path(path).read_bytes()
+        check_json(data)
     except OSError as exc:
         raise UnusableSnapshot(f"cannot read: {exc.strerror or exc}") from None
+    except TooManyObjects as exc:
+        raise UnusableSnapshot(str(exc)) from None
+    return data
 
 
 def _invalid(exc: ValidationError) -> UnusableSnapshot:

@@ -6,7 +6,8 @@ and REDUCE calls it, so `pickle.load` on a dump from someone's job can run
 lists, tuples, strings, numbers), so the loader here resolves no global except a
 short allow-list of data constructors, mapped to local stand-ins that never import
 the module the pickle names. Everything else is refused with `UntrustedPickleError`
-before any of it runs; so are files over the size limit and corrupt streams.
+before any of it runs; so are files over the size limit, streams that would build more
+containers than their size allows (`triage.readers.object_bounds`) and corrupt streams.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from triage.readers.object_bounds import TooManyObjects, check_pickle
 
 MAX_PICKLE_BYTES = 256 << 20
 
@@ -99,6 +102,10 @@ def load_untrusted(source: str | Path | bytes, max_bytes: int = MAX_PICKLE_BYTES
         data = source
     else:
         data = read_bounded(Path(source), max_bytes)
+    try:
+        check_pickle(data)
+    except TooManyObjects as exc:
+        raise UntrustedPickleError(str(exc)) from None
     try:
         # A buffered reader offers peek(): the C unpickler then reads in blocks instead of
         # calling back into Python once per opcode.

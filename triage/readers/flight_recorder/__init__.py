@@ -10,7 +10,7 @@ entry of every rank; at a few thousand ranks it takes minutes.
 Here each rank's dump is reduced, as it is read, to a compact summary per process group,
 then dropped; the summaries are aligned per group by sequence number. Reading is linear
 in total entries, memory is bounded by the summaries, and thousands of files are read on
-every core. The pieces, in the order data flows through them:
+every idle core. The pieces, in the order data flows through them:
 
 - `dump_files`: which files are dumps (by their first bytes), reading one, and many in
   parallel (`read_dump`, `parse_dump`, `read_files`, `read_all`);

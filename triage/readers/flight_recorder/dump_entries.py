@@ -34,11 +34,15 @@ _TRAILING = re.compile(r"(\d+)$")
 _P2P_NAME = re.compile(r"^(send|recv)\s+(\d+)\s*(?:->|<-)\s*(\d+|\?)")
 
 
+def file_name(path: str) -> str:
+    """`Path(path).name` without a Path per file (thousands of dumps)."""
+    name = os.path.basename(path)
+    return name if name not in ("", ".") else Path(path).name  # 'dir/', 'dir/.': 'dir'
+
+
 def rank_from_name(path: str) -> int | None:
     """`nccl_trace_rank_12`, `host-07_rank3.pickle`, `node4-12`: the rank the name ends with."""
-    name = os.path.basename(path)
-    if name in ("", "."):  # 'dir/' or 'dir/.': the folder's name, as Path(path).name gives
-        name = Path(path).name
+    name = file_name(path)
     lowered = name.lower()
     while lowered.endswith(_DUMP_SUFFIXES):
         cut = next(s for s in _DUMP_SUFFIXES if lowered.endswith(s))

@@ -1,9 +1,10 @@
 """Finding and reading dump files: which files are Flight Recorder dumps (by their first
 bytes, whatever their names), reading one (JSON, or a pickle through the fast path or the
-restricted unpickler) into a RankDump, and reading thousands of them on every core."""
+restricted unpickler) into a RankDump, and reading thousands of them on every idle core."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 from collections.abc import Sequence
@@ -12,7 +13,7 @@ from pathlib import Path
 
 from triage.readers.files import files_by_head
 from triage.readers.flight_recorder.dump_bytes import HEAD_BYTES, MAX_DUMP_BYTES, TAIL_BYTES, _Bytes
-from triage.readers.flight_recorder.dump_entries import _reduce, rank_from_name
+from triage.readers.flight_recorder.dump_entries import _reduce, file_name, rank_from_name
 from triage.readers.flight_recorder.dump_records import (
     NotFlightRecorder,
     RankDump,
@@ -20,10 +21,18 @@ from triage.readers.flight_recorder.dump_records import (
     intern_members,
 )
 from triage.readers.flight_recorder.fast_pickle import _fast_pickle
+from triage.readers.object_bounds import TooManyObjects, check_json
 from triage.readers.safe_pickle import UntrustedPickleError, load_untrusted
 
 SNIFF_BYTES = 1 << 20  # a dump's first entry, and with it its keys, lies within
-PARALLEL_FILES = 64  # files from which reading is spread over processes
+# Files from which reading is spread over idle cores: a dump takes about a quarter of a
+# millisecond to read and a third as long again to send back from a worker, and starting
+# workers costs tens of milliseconds.
+PARALLEL_FILES = 512
+#: JSON dumps are parsed whole, at about eight times their size in memory; torch writes
+#: a few MB per 2,000 entries.
+MAX_JSON_DUMP_BYTES = 64 << 20
+MAX_WORKERS = 8
 
 
 def looks_like_dump(head: bytes) -> bool:
@@ -71,8 +80,16 @@ def _parse(path: str, view: _Bytes) -> RankDump:
         except UntrustedPickleError as exc:
             raise UnreadableDump(exc.reason) from None
     else:
+        if view.size > MAX_JSON_DUMP_BYTES:
+            raise UnreadableDump(
+                f"over the {MAX_JSON_DUMP_BYTES}-byte limit for JSON dumps: not read"
+            )
         try:
-            document = json.loads(view.whole().decode("utf-8", "replace"))
+            data = view.whole()
+            check_json(data)
+            document = json.loads(data.decode("utf-8", "replace"))
+        except TooManyObjects as exc:
+            raise UnreadableDump(str(exc)) from None
         except RecursionError:
             raise UnreadableDump("corrupt JSON: nested too deeply") from None
         except ValueError as exc:
@@ -109,37 +126,47 @@ class ReadResult:
 
 
 def read_files(paths: Sequence[str]) -> ReadResult:
-    """Read dumps one after another; each is dropped once reduced."""
+    """Read dumps one after another; each is dropped once reduced. The cycle collector
+    waits meanwhile: a dump leaves a few objects that live on and thousands that die with
+    their reference counts, none in cycles, so collections would only rescan the results."""
     result = ReadResult()
-    for path in paths:
-        try:
-            result.dumps.append(read_dump(path))
-        except NotFlightRecorder:
-            result.skipped.append(path)
-        except UnreadableDump as exc:
-            result.unreadable.append((path, str(exc)))
-        except OSError as exc:
-            result.unreadable.append((path, f"cannot read: {exc.strerror or exc}"))
-        except Exception as exc:  # crafted content must cost its file, not the analysis
-            reason = f"unexpected content ({type(exc).__name__}: {exc})"
-            result.unreadable.append((path, reason.splitlines()[0][:300]))
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for path in paths:
+            try:
+                result.dumps.append(read_dump(path))
+            except NotFlightRecorder:
+                result.skipped.append(path)
+            except UnreadableDump as exc:
+                result.unreadable.append((path, str(exc)))
+            except OSError as exc:
+                result.unreadable.append((path, f"cannot read: {exc.strerror or exc}"))
+            except Exception as exc:  # crafted content must cost its file, not the analysis
+                reason = f"unexpected content ({type(exc).__name__}: {exc})"
+                result.unreadable.append((path, reason.splitlines()[0][:300]))
+    finally:
+        if collecting:
+            gc.enable()
     return result
 
 
 def read_all(paths: Sequence[str], workers: int | None = None) -> ReadResult:
     """Read many dumps on several cores: each file is independent, and at thousands of
-    ranks reading dominates. This process reads one share itself while `workers - 1`
-    others read the rest (half the results to ship back than with idle waiting). Falls
-    back to one process where a pool cannot start."""
-    cores = workers if workers is not None else min(os.cpu_count() or 1, 8)
+    ranks reading dominates. This process reads the first share itself while `workers - 1`
+    others read the rest (half the results to ship back than with idle waiting); the
+    results keep the files' order, as one process would give them. By default only
+    cores left idle are used. Falls back to one process where a pool cannot start."""
+    cores = workers if workers is not None else idle_cores()
     if cores < 2 or len(paths) < PARALLEL_FILES:
         return read_files(paths)
-    import multiprocessing as mp  # only thousands of dumps pay for a pool
+    import multiprocessing as mp  # only hundreds of dumps on idle cores pay for a pool
     import threading
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
-    shares = [list(paths[i::cores]) for i in range(cores)]
+    size = -(-len(paths) // cores)
+    shares = [list(paths[at : at + size]) for at in range(0, len(paths), size)]
     method = (
         "fork"
         if threading.active_count() == 1 and "fork" in mp.get_all_start_methods()
@@ -147,7 +174,7 @@ def read_all(paths: Sequence[str], workers: int | None = None) -> ReadResult:
     )
     result = ReadResult()
     try:
-        with ProcessPoolExecutor(cores - 1, mp_context=mp.get_context(method)) as pool:
+        with ProcessPoolExecutor(len(shares) - 1, mp_context=mp.get_context(method)) as pool:
             others = pool.map(read_files, shares[1:])
             result.merge(read_files(shares[0]))
             for part in others:
@@ -155,6 +182,17 @@ def read_all(paths: Sequence[str], workers: int | None = None) -> ReadResult:
     except (OSError, BrokenProcessPool, RuntimeError):
         return read_files(paths)
     return result
+
+
+def idle_cores() -> int:
+    """Cores the last minute's load average leaves idle, as `make -l` judges it: on a busy
+    machine a worker only takes turns with this process and adds the cost of sending
+    its dumps back."""
+    try:
+        busy = os.getloadavg()[0]
+    except OSError:  # no load average on this platform: take every core
+        busy = 0.0
+    return max(1, min(MAX_WORKERS, (os.cpu_count() or 1) - round(busy)))
 
 
 def find_dump_files(folder: Path, limit: int) -> list[str]:
@@ -165,7 +203,7 @@ def find_dump_files(folder: Path, limit: int) -> list[str]:
 
 def dump_stem(path: str) -> str:
     """A dump's name without its rank: files of one job share it."""
-    name = Path(path).name
+    name = file_name(path)
     rank = rank_from_name(path)
     if rank is None:
         return name

@@ -4,6 +4,7 @@ whether they were read from files (`read_flight_recorder`) or fetched from a run
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from triage.models import Evidence, Gap
@@ -142,5 +143,6 @@ def _outlier(point: FRStuckGroup, side: FRSide, analysis: Analysis, source: str)
 
 
 def _source(analysis: Analysis) -> str:
-    folders = {str(Path(d.path).parent) for d in analysis.dumps.values()}
+    files = {os.path.dirname(d.path): d.path for d in analysis.dumps.values()}  # one per folder
+    folders = {str(Path(path).parent) for path in files.values()}
     return folders.pop() if len(folders) == 1 else f"{len(analysis.dumps)} dump files"

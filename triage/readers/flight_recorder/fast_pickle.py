@@ -228,6 +228,7 @@ def _fast_pickle(data: _Bytes) -> tuple[dict[str, Any], list[Any], int] | None:
 
 
 def _record(entry: Any) -> int:
+    """An entry's record id (-1 when it has none); a plain int needs no parsing."""
     record = entry.get("record_id")
     return record if type(record) is int else _int(record, -1)
 
@@ -325,15 +326,16 @@ def _covers(entries: Sequence[Any], need: Mapping[int, int]) -> bool:
     for entry in entries[:MARGIN]:
         if isinstance(entry, dict) and entry.get("retired") is False:
             return False
-    if not need:
-        return True
-    reached: dict[int, int] = {}
+    missing = dict(need)  # group -> a sequence number some entry must be below
     for entry in entries:
+        if not missing:
+            break
         if isinstance(entry, dict) and not entry.get("is_p2p"):
             pg = _int(entry.get("pg_id"), -1)
-            seq = _int(entry.get("collective_seq_id"), -1)
-            reached[pg] = min(reached.get(pg, seq), seq)
-    return all(pg in reached and reached[pg] < seq for pg, seq in need.items())
+            below = missing.get(pg)
+            if below is not None and _int(entry.get("collective_seq_id"), -1) < below:
+                del missing[pg]
+    return not missing
 
 
 def _latest_per_group(
@@ -346,7 +348,7 @@ def _latest_per_group(
     sequence number is what the other ranks' alignment asks about."""
     seen = {_int(e.get("pg_id"), -1) for e in tail if isinstance(e, dict)}
     wanted = [
-        pg for pg, (enqueued, _, _) in status.items() if pg not in seen and pg >= 0 < enqueued
+        pg for pg, (enqueued, _, _) in status.items() if pg not in seen and pg >= 0 and enqueued > 0
     ]
     if not wanted:
         return []
