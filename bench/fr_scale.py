@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -166,6 +167,7 @@ def main() -> int:
             culprit = ranks // 3
             job, calls, planted = plant("rank_not_in_collective", ranks, args.entries, culprit)
             write_dumps(Path(tmp), job, calls)
+            os.sync()  # written back now, not during a timed run
             ours, theirs = analyzers(Path(tmp), args, DEFAULT_PREFIX)
         text, ok = row(f"{ranks} x {args.entries}", list(planted.culprits), ours, theirs)
         lines.append(text)
@@ -181,6 +183,7 @@ def main() -> int:
                 "rank_not_in_collective", ranks, args.big_entries, ranks // 3
             )
             write_dumps(Path(tmp), job, calls)
+            os.sync()  # written back now, not during a timed run
             big = triage_run(Path(tmp), args.repeat)
         text, ok = row(f"{ranks} x {args.big_entries}", list(planted.culprits), big, None)
         print(text, flush=True)

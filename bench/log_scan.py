@@ -179,7 +179,9 @@ def make(name: str, folder: Path, args: argparse.Namespace) -> Case:
         )
         planted = writer(target, args.size_mb << 20)
         files = [target]
-    return Case(name, target, files, planted, time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    os.sync()  # written-back now, not by the kernel in the middle of a timed run
+    return Case(name, target, files, planted, seconds)
 
 
 def measure(case: Case, repeat: int) -> Run:
