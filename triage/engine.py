@@ -28,7 +28,15 @@ from triage.playbooks import (
     symptom_playbooks,
 )
 from triage.plugins import load_all, rule_families
-from triage.registry import REGISTRY, EvidenceSet, Registry, ToolRun, run_rules, select
+from triage.registry import (
+    REGISTRY,
+    RULES,
+    EvidenceSet,
+    Registry,
+    ToolRun,
+    run_rules,
+    select,
+)
 from triage.taxonomy import CAUSES, canonical_symptom, symptom_of
 from triage.text import plural
 
@@ -186,7 +194,9 @@ def rank(findings: list[Finding]) -> list[Finding]:
     """Best first; one hypothesis per cause, the most confident one (on a tie, one that names
     the user line: a Flight Recorder dump without stack frames sees the ranks, not the line).
     A family's `unknown` (its failure is visible, its cause is not) gives way to any cause of
-    that family."""
+    that family, and a last-resort rule's finding to any other rule's."""
+    if any(not _last_resort(f) for f in findings):
+        findings = [f for f in findings if not _last_resort(f)]
     named = {symptom_of(f.cause_id) for f in findings if not f.cause_id.endswith(".unknown")}
     findings = [
         f
@@ -199,6 +209,11 @@ def rank(findings: list[Finding]) -> list[Finding]:
         if kept is None or _strength(finding) > _strength(kept):
             best[finding.cause_id] = finding
     return sorted(best.values(), key=lambda f: (-f.confidence, f.cause_id))
+
+
+def _last_resort(finding: Finding) -> bool:
+    known = RULES.get(finding.rule_id)
+    return known is not None and known.last_resort
 
 
 def _strength(finding: Finding) -> tuple[float, bool]:

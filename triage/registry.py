@@ -410,6 +410,8 @@ class Rule:
     detect: Detector
     doc: dict[str, str]
     original: Detector
+    #: Its findings stand only where no other rule found anything (`engine.rank`).
+    last_resort: bool = False
 
     @property
     def title(self) -> str:
@@ -435,11 +437,14 @@ def parse_doc(text: str) -> dict[str, str]:
     return doc
 
 
-def rule(rule_id: str, cause_id: str) -> Callable[[Detector], Detector]:
+def rule(
+    rule_id: str, cause_id: str, *, last_resort: bool = False
+) -> Callable[[Detector], Detector]:
     """Register a detector; its docstring must hold every section of DOC_SECTIONS.
 
     The registered detector stamps `rule_id` and `cause_id` on every finding it yields,
-    so a rule names them once, here.
+    so a rule names them once, here. A `last_resort` rule's findings give way to any other
+    rule's: it says which kind of failure the text shows when nothing names its cause.
     """
 
     def decorate(detect: Detector) -> Detector:
@@ -458,7 +463,7 @@ def rule(rule_id: str, cause_id: str) -> Callable[[Detector], Detector]:
                 finding.rule_id, finding.cause_id = rule_id, cause_id
                 yield finding
 
-        RULES[rule_id] = Rule(rule_id, cause_id, stamped, doc, detect)
+        RULES[rule_id] = Rule(rule_id, cause_id, stamped, doc, detect, last_resort)
         return detect
 
     return decorate

@@ -40,6 +40,11 @@ _EXC_LINE = re.compile(
     r"^(?P<type>(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Warning|Failure))"
     r"(?::\s?(?P<msg>.*))?$"
 )
+#: An exception line with no traceback above it, as a report pastes a traceback's last
+#: line: errors only (a bare `UserWarning:` line is no failure, `KeyboardInterrupt` a stop).
+_BARE_EXC = re.compile(
+    r"^(?P<type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)): ?(?P<msg>\S.*)$"
+)
 #: Text without which a line opens no block: with nothing open, it is skipped at once (a log
 #: of a million WARN lines pays one search a line, not every block pattern).
 _MAY_OPEN = re.compile(
@@ -56,6 +61,8 @@ _MAY_OPEN = re.compile(
             "Root Cause (first observed failure):",
             _FR_START,
             SUMMARY_TITLE,
+            "Error:",
+            "Exception:",
         )
     )
 )
@@ -154,6 +161,7 @@ class BlockParser:
                 style = "tb" if _TB_FRAME.match(text) else "fh"
                 block = self.open[key] = _Block(style, number, origin, origin.pid)
             else:
+                self._bare_exception(number, stripped, origin)
                 return
         if block.style == "pyspy":
             spy = _PYSPY_FRAME.match(text)
@@ -181,6 +189,18 @@ class BlockParser:
             return
         if stripped and not text[:1].isspace():
             self._close(key)
+
+    def _bare_exception(self, number: int, stripped: str, origin: Origin) -> None:
+        """An exception line outside any block: a traceback without its frames."""
+        found = _BARE_EXC.match(stripped)
+        if found is None:
+            return
+        same = (origin.key(), found["type"], found["msg"][:200])
+        self.seen[same] = self.seen.get(same, 0) + 1
+        if self.seen[same] <= SAME_BLOCK_KEPT:  # one error logged every step reads as one
+            block = _Block("tb", number, origin, origin.pid, exception=found["type"])
+            block.message = found["msg"].strip()
+            self._record(block, [])
 
     def _pyspy_pid(self, header: str, style: str) -> int | None:
         """The process of a py-spy thread dump: its `Process PID:` header, else the id of its
@@ -259,6 +279,9 @@ class BlockParser:
         if self.seen[same] > SAME_BLOCK_KEPT:  # a traceback repeated every step reads as one
             return
         frames = list(reversed(block.frames)) if block.style == "tb" else block.frames
+        self._record(block, frames)
+
+    def _record(self, block: _Block, frames: list[Frame]) -> None:
         user = next((f for f in frames if is_user_code(f.file)), None)
         self.records.append(
             TracebackRecord(

@@ -179,7 +179,8 @@ def _scan(data: bytes, table: Table, out: RangeScan) -> int:
                 lines.run(line_start, finish, runs.add(item, line_start, finish, counted))
                 position = finish
                 continue
-        lines.want(line_start, anchored=anchor in table.signature_anchors)
+        anchored = anchor in table.signature_anchors or _anchored_later(data, hit.end(), table)
+        lines.want(line_start, anchored=anchored)
         position = lines.end_of(line_start)
         after = table.after_of.get(anchor, 0)
         for index in range(after):
@@ -198,6 +199,18 @@ def _scan(data: bytes, table: Table, out: RangeScan) -> int:
         lines.want(offset, anchored=True)
     lines.sweep(out)
     return owed
+
+
+def _anchored_later(data: bytes, start: int, table: Table) -> bool:
+    """Whether the rest of a line whose first anchor opens a block (`RuntimeError:` before
+    `out of memory`) holds a signature's anchor."""
+    end = data.find(b"\n", start)
+    end = len(data) if end == -1 else end
+    while (hit := table.pattern.search(data, start, end)) is not None and hit.end() > start:
+        if hit.group(0) in table.signature_anchors:
+            return True
+        start = hit.end()
+    return False
 
 
 def _run(

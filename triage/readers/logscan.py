@@ -48,6 +48,8 @@ _RANK_PREFIX = re.compile(r"^\[(?P<role>[A-Za-z_]+?)(?P<n>\d+)\]:\s?")
 _NCCL_PREFIX = re.compile(
     r"^(?:[^\s:]+\.(?:log|txt|out|err):)?(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
 )
+# Open MPI's and Horovod's --tag-output: `[1,3]<stderr>:` (job, rank), `[3]<stdout>:`.
+_MPI_PREFIX = re.compile(r"^(?:\[(?:\d+,)?(?P<n>\d+)\])?<(?:stdout|stderr)>:\s?")
 _INLINE_RANK = re.compile(r"\[[Rr]ank ?(?P<n>\d+)\]")
 _FILE_RANK = re.compile(r"(?i)(?:^|[^a-z])rank[_\-.]?(?P<n>\d+)")
 _ELASTIC_DIR = re.compile(
@@ -105,8 +107,13 @@ def file_origin(path: str) -> Origin:
 
 
 def split_prefix(line: str, base: Origin) -> tuple[str, Origin]:
-    """Strip `[rank3]:`, `[default3]:` and NCCL's `host:pid:tid [dev]` prefixes into an Origin."""
+    """Strip MPI's `[1,3]<stderr>:`, `[rank3]:`, `[default3]:` and NCCL's `host:pid:tid
+    [dev]` prefixes into an Origin."""
     origin = Origin(base.rank, base.local_rank, base.host, base.pid, base.device)
+    mpi = _MPI_PREFIX.match(line)
+    if mpi:
+        origin.rank = int(mpi.group("n")) if mpi.group("n") is not None else origin.rank
+        line = line[mpi.end() :]
     while found := _RANK_PREFIX.match(line):  # torchrun may stack `[default2]:[rank2]:`
         number = int(found.group("n"))
         if found.group("role").lower() == "rank":

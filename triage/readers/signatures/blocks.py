@@ -23,5 +23,9 @@ for _anchor, _after in (
     ("Root Cause (first observed failure):", 12),
     (FAILED_COLLECTIVE_START, 80),
     ("Failures:", 60),
+    # A traceback's last line pasted alone (`RuntimeError: ...`): the exception is the
+    # failure even without its frames.
+    ("Error:", 0),
+    ("Exception:", 0),
 ):
     block_anchor(_anchor, _after)

@@ -1,0 +1,71 @@
+"""A text that shows an exception is never left without a hypothesis.
+
+Reports often paste only a traceback's last line (`RuntimeError: ...`), and MPI-style
+launchers prefix every line with `[1,3]<stderr>:`. The exception is read as a traceback
+without frames; when no rule names its cause, a last-resort config.unknown says which kind
+of failure it likely is, and gives way to any other rule's finding.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import analyze_files
+from triage.readers.logscan import scan_file
+
+SHAPES = "RuntimeError: a and b must have same reduction dim, but got [1, 6] X [5, 5]."
+
+
+def test_a_pasted_exception_line_is_a_traceback_without_frames(tmp_path: Path) -> None:
+    log = tmp_path / "rank1.log"
+    log.write_text(f"step 3 loss 2.31\n[rank1]:{SHAPES}\n")
+    records = scan_file(log).tracebacks
+    assert [(r.exception, r.message, r.rank, r.frames) for r in records] == [
+        ("RuntimeError", SHAPES.split(": ", 1)[1], 1, [])
+    ]
+
+
+def test_an_exception_no_rule_reads_is_a_low_config_guess(tmp_path: Path) -> None:
+    report = analyze_files(tmp_path, {"rank1.log": f"[rank1]:{SHAPES}"})
+    assert [(h.cause_id, h.rule_id) for h in report.hypotheses] == [
+        ("config.unknown", "logs.unexplained_exception")
+    ]
+    top = report.hypotheses[0]
+    assert top.confidence < 0.3 and top.ranks == [1]
+    assert "reduction dim" in top.title
+
+
+def test_the_guess_gives_way_to_any_other_finding(tmp_path: Path) -> None:
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    report = analyze_files(tmp_path, {"rank0.log": f"{SHAPES}\n{oom}"})
+    assert report.hypotheses
+    assert all(h.rule_id != "logs.unexplained_exception" for h in report.hypotheses)
+    assert report.hypotheses[0].cause_id.startswith("oom.")
+
+
+def test_mpi_tagged_lines_name_their_rank(tmp_path: Path) -> None:
+    text = (
+        "[1,3]<stderr>:AssertError:check ack & check pt  cannot occur together with normal ops\n"
+        "[1,3]<stderr>:zero size check point is not allowed\n"
+    )
+    report = analyze_files(tmp_path, {"job.log": text})
+    assert report.hypotheses[0].rule_id == "logs.unexplained_exception"
+    assert report.hypotheses[0].ranks == [3]
+    assert "AssertError" in report.hypotheses[0].title
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "UserWarning: torch.cuda.amp.GradScaler is deprecated",
+        "KeyboardInterrupt: ",
+        "Error: see above",
+        "[rank0]: the last Exception: was handled",
+    ],
+)
+def test_warnings_stops_and_prose_are_no_exception(tmp_path: Path, line: str) -> None:
+    log = tmp_path / "rank0.log"
+    log.write_text(line + "\n")
+    assert scan_file(log).tracebacks == []

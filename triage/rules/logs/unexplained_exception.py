@@ -1,0 +1,68 @@
+"""config.unknown from logs, as a last resort: an exception stopped the job and no rule
+reads it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from triage.models import Finding
+from triage.registry import EvidenceSet, rule
+from triage.rules.logs._signals import tracebacks
+
+#: The launcher's and the interpreter's own exceptions report a stop, not its cause.
+_TEARDOWN = ("ChildFailedError", "SignalException", "KeyboardInterrupt", "SystemExit")
+
+
+@rule("logs.unexplained_exception", "config.unknown", last_resort=True)
+def unexplained_exception(evidence: EvidenceSet) -> Iterator[Finding]:
+    """An ordinary exception stopped a rank, and no rule names its cause.
+
+    What it detects:
+    The first exception in the text (a traceback, or its last line pasted alone:
+    `RuntimeError: ...`) when no other rule finds anything. It stands only then: any other
+    finding, of any family, replaces it.
+
+    Why it happens:
+    Most exceptions that end a distributed job without a timeout, an NCCL error or an OOM
+    are its code and its setup disagreeing: arguments the launcher passes, variables it
+    sets, devices, sizes and shapes the code assumes for this world size.
+
+    Evidence:
+    The first exception's type and message, its rank and its innermost user frame.
+
+    Fix:
+    Read the exception at its user frame against the launch: the world size, the
+    devices per node, the sizes a checkpoint or mesh was made for. Rerun that rank with
+    TORCH_DISTRIBUTED_DEBUG=DETAIL, and collect every rank's log to see which failed first.
+
+    Known false positives:
+    An exception that is a symptom of an earlier failure the text does not hold (a peer
+    that died first, memory that ran out); a wrong result that surfaced as a shape error.
+
+    References:
+    https://pytorch.org/docs/stable/distributed.html#debugging-torch-distributed-applications
+    """
+    errors = [
+        (item, record)
+        for item, record in tracebacks(evidence, dumps=False)
+        if record.exception and record.exception.rsplit(".", 1)[-1] not in _TEARDOWN
+    ]
+    if not errors:
+        return
+    item, first = min(errors, key=lambda found: (found[1].path, found[1].line))
+    text = f"{first.exception}: {first.message}".strip().rstrip(":")
+    frame = first.user_frame
+    where = f" at {frame.file}:{frame.line}" if frame else ""
+    yield Finding(
+        title=f"an exception stopped the job: {text[:120]}",
+        summary=f"The first exception is `{text[:200]}`{where}; no rule names its cause, so"
+        " the kind of failure is a guess: the job's code and its setup disagree.",
+        ranks=[first.rank] if first.rank is not None else [],
+        location=frame.location() if frame else None,
+        confidence=0.12,
+        evidence=[item.id],
+        fix="Read the exception at its user frame against the launch: the world size, the"
+        " devices per node, the sizes a checkpoint or mesh was made for; rerun with"
+        " TORCH_DISTRIBUTED_DEBUG=DETAIL and every rank's log.",
+        confirm="the exception names a size, device, variable or argument the launch sets",
+    )
