@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
 
 from triage.models import Evidence, ToolStatus
 from triage.registry import Registry, ToolError, ToolOutput
@@ -150,3 +154,24 @@ def test_rule_stamps_its_ids_and_the_schema_still_requires_them() -> None:
     schema = Finding.model_json_schema(mode="serialization")
     assert {"rule_id", "cause_id"} <= set(schema["required"])
     assert "default" not in schema["properties"]["rule_id"]
+
+
+def test_a_tool_being_imported_is_waited_for_not_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two threads (MCP calls, a model's parallel tool calls) ask for one deferred tool:
+    the second waits for the first's import instead of calling the tool unknown."""
+    registry = Registry()
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_import(module: str) -> None:
+        entered.set()
+        assert release.wait(30)
+        registry.register(lambda: ToolOutput(), "late_tool", "Registered by a slow import.")
+
+    monkeypatch.setattr("triage.registry.importlib.import_module", slow_import)
+    registry.defer("late_tool", "some.module")
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(registry.get, "late_tool")
+        assert entered.wait(30)
+        second = pool.submit(registry.get, "late_tool")
+        release.set()
+        assert first.result(30).name == second.result(30).name == "late_tool"

@@ -188,6 +188,8 @@ class Registry:
         self._tools: dict[str, ToolSpec] = {}
         self._deferred: dict[str, str] = {}
         self._broken: dict[str, str] = {}
+        # One import at a time: a second caller must wait for the tool, not miss it.
+        self._resolving = threading.RLock()
 
     def defer(self, name: str, module: str) -> None:
         """Know a tool by name now; import the module that registers it on first use."""
@@ -195,13 +197,18 @@ class Registry:
             self._deferred[name] = module
 
     def _resolve(self, name: str) -> None:
-        module = self._deferred.pop(name, None)
-        if module is None:
+        if name not in self._deferred:
             return
-        try:
-            importlib.import_module(module)
-        except Exception as exc:  # a broken tool module costs its tools, not the report
-            self._broken[name] = f"{module} failed to import: {type(exc).__name__}: {exc}"
+        with self._resolving:
+            module = self._deferred.get(name)
+            if module is None:  # another thread imported it meanwhile
+                return
+            try:
+                importlib.import_module(module)
+            except Exception as exc:  # a broken tool module costs its tools, not the report
+                self._broken[name] = f"{module} failed to import: {type(exc).__name__}: {exc}"
+            finally:
+                self._deferred.pop(name, None)
 
     def register(
         self,
