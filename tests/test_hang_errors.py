@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -117,6 +118,8 @@ def test_early_dumps_start_only_for_the_pids_after_pids(
     pyspy.start_early(["hang", "--launcher-pid", "7", "--pids", "11", "12,13", "--timeout", "5"])
     pyspy.start_early(["hang", "--pids=14", "--json"])
     pyspy.start_early(["analyze", "--pids", "15"])
+    assert pyspy._starting is not None
+    pyspy._starting.join()  # dumps start from a thread, while the CLI imports
     assert started == [11, 12, 13, 14]
     pyspy._early.clear()
 
@@ -125,6 +128,8 @@ def test_an_early_dump_is_the_one_the_stack_tool_reads(
     python_sleeper: subprocess.Popen[bytes],
 ) -> None:
     pyspy.start_early(["hang", "--pids", str(python_sleeper.pid)])
+    assert pyspy._starting is not None
+    pyspy._starting.join()
     early = pyspy._early[python_sleeper.pid][1]
     run = REGISTRY.run("dump_stacks", {"pids": [python_sleeper.pid], "with_locals": False})
     assert early.returncode is not None and pyspy._early == {}  # consumed, not run again
@@ -155,3 +160,21 @@ def test_a_stopped_rank_is_named_stopped_not_lost(python_sleeper: subprocess.Pop
     assert stack.data["activity"] == "stopped" and not run.gaps
     assert [f["function"] for f in stack.data["frames"]][:1] == ["<module>"]
     assert "read without pausing" in stack.data["detail"]
+
+
+def test_early_dumps_start_while_the_cli_imports(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Starting 32 dumps takes as long as importing the CLI: `start_early` returns at once
+    and the dump tool waits for the starts it takes over."""
+    release = threading.Event()
+
+    def slow_start(binary: str, pid: int, with_locals: bool) -> str:
+        assert release.wait(30)
+        return f"dump of {pid}"
+
+    monkeypatch.setattr(pyspy, "start_dump", slow_start)
+    monkeypatch.setattr(pyspy, "binary", lambda: "py-spy")
+    pyspy.start_early(["hang", "--pids", "21", "22"])
+    assert pyspy._early == {}  # not started yet, and start_early did not wait
+    release.set()
+    assert str(pyspy.take_early("py-spy", 22)) == "dump of 22"
+    assert str(pyspy.take_early("py-spy", 21)) == "dump of 21"

@@ -25,10 +25,12 @@ def debug_server_arg(value: str | None) -> str | None:
 
 
 def slurm_job_arg(value: str | None) -> str | None:
-    """`--slurm-job JOBID[.STEP]`'s check."""
+    """`--slurm-job JOBID[.STEP]`'s check (the collector, imported only when used)."""
+    if value is None:
+        return None
     from triage.collection.slurm import JOB_SPEC
 
-    if value is not None and not JOB_SPEC.match(value):
+    if not JOB_SPEC.match(value):
         raise TriageError(f"--slurm-job: expected JOBID or JOBID.STEP (digits), got {value!r}")
     return value
 

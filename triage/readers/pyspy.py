@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 PTRACE_HINT = (
@@ -35,6 +36,8 @@ LONGEST_PAUSE_S = 0.25
 
 #: Dumps started before the CLI loaded, by pid: (binary, process). See `start_early`.
 _early: dict[int, tuple[str, subprocess.Popen[str]]] = {}
+#: The thread that starts them, joined before one is taken.
+_starting: threading.Thread | None = None
 
 
 class Dump:
@@ -112,7 +115,18 @@ def start_early(argv: list[str]) -> None:
     found = binary() if pids else None
     if found is None:
         return
-    for pid in dict.fromkeys(pids):
+    global _starting
+    if _starting is not None:  # one start at a time: `take_early` waits for the last
+        _starting.join()
+    _starting = threading.Thread(target=_start_all, args=(found, list(dict.fromkeys(pids))))
+    _starting.daemon = True  # a usage error must not wait for it
+    _starting.start()
+
+
+def _start_all(found: str, pids: list[int]) -> None:
+    """Start the early dumps, from a thread: each start (a fork and an exec) takes a few
+    milliseconds, 32 of them as long as importing the CLI, which runs meanwhile."""
+    for pid in pids:
         try:
             _early[pid] = (found, start_dump(found, pid, with_locals=False))
         except OSError:
@@ -121,6 +135,8 @@ def start_early(argv: list[str]) -> None:
 
 def take_early(py_spy: str, pid: int) -> subprocess.Popen[str] | None:
     """The dump `start_early` began for `pid` with this binary, once; None otherwise."""
+    if _starting is not None:
+        _starting.join()
     started = _early.pop(pid, None)
     if started is None or started[0] != py_spy:
         return None
