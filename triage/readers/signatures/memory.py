@@ -579,35 +579,3 @@ USAGE_SIGNALS = (
 def user_frame(frames: list[Frame]) -> Frame | None:
     """The innermost Python frame of user code in a snapshot stack (C++ frames skipped)."""
     return next((f for f in frames if f.file.endswith(".py") and is_user_code(f.file)), None)
-
-
-def _allocated_reserved(found: re.Match[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key in ("allocated", "reserved"):
-        for spelled in (key, f"{key}2"):
-            if found[spelled] is not None:
-                size = binary_size(found[spelled], found[f"{spelled}_unit"])
-                if size is not None:
-                    out[key] = size
-    return out
-
-
-# One line naming the GPU memory live tensors hold (allocated) and what the caching
-# allocator holds (reserved), in either order, as training loops and frameworks print
-# torch.cuda.memory_allocated() and memory_reserved(): `Allocated: 60.9 GB  Reserved: 127 GB`.
-_NAMED_SIZE = r"[^\d\n]{{0,40}}?(?P<{0}>\d+(?:\.\d+)?) ?(?P<{0}_unit>[KMGT]i?B)\b"
-signature(
-    "memory.allocated_reserved",
-    r"(?<![A-Za-z])[Aa]llocated"
-    + _NAMED_SIZE.format("allocated")
-    + r".*?(?<![A-Za-z])[Rr]eserved"
-    + _NAMED_SIZE.format("reserved")
-    + r"|(?<![A-Za-z])[Rr]eserved"
-    + _NAMED_SIZE.format("reserved2")
-    + r".*?(?<![A-Za-z])[Aa]llocated"
-    + _NAMED_SIZE.format("allocated2"),
-    anchors=("eserved",),
-    summary="a line with the GPU memory allocated to tensors and reserved by the caching "
-    "allocator: reserved far above allocated is memory the cache cannot reuse",
-    extract=_allocated_reserved,
-)
