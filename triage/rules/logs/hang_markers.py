@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from triage.models import Evidence, Finding
-from triage.observations import TracebackRecord
+from triage.observations import LogFile, TracebackRecord
 from triage.readers.stacks import COLLECTIVE_OPS
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._signals import Signal, ranks_of, signals, tracebacks
@@ -22,7 +22,9 @@ def hang_markers(evidence: EvidenceSet) -> Iterator[Finding]:
     "Detected mismatch between collectives" report cut short, Horovod's stall inspector.
     Without those, weaker ones (0.15): a process's own print before a collective with no
     print after it, or a stack without an exception that stands inside a collective (a
-    dump, or frames pasted from one; native frames waiting in c10d, gloo or NCCL setup).
+    dump, or frames pasted from one; native frames waiting in c10d, gloo or NCCL setup),
+    or an NCCL_DEBUG=INFO log that says only how NCCL set its communicators up and stops
+    a few lines after `Init COMPLETE`.
 
     Why it happens:
     Some rank is not where the others are: it skipped or added a collective, runs something
@@ -69,12 +71,17 @@ def _weak_markers(evidence: EvidenceSet) -> Iterator[Finding]:
     entered = _entered(evidence)
     stacks = _in_collectives(evidence)
     native = signals(evidence, "hang.native_wait")
-    if not entered and not stacks and not native:
+    setup = _stopped_after_setup(evidence)
+    if not entered and not stacks and not native and not setup:
         return
     where = (
         [f"{_writer(s.rank)} printed `{s.text[:100]}` and nothing after it" for _, s in entered][:2]
         + [f"a stack stands in {op}" for _, op in stacks][:2]
         + [f"a native stack waits in {s.fields['frame']}" for _, s in native][:1]
+        + [
+            f"a log stops right after NCCL set its communicators up (`{s.text[:90]}`)"
+            for _, s in setup
+        ][:1]
     )
     yield Finding(
         title="processes stopped inside collectives, cause not visible",
@@ -82,12 +89,51 @@ def _weak_markers(evidence: EvidenceSet) -> Iterator[Finding]:
         " and no line says which rank was elsewhere or why.",
         ranks=[],
         confidence=0.15,
-        evidence=([e.id for e, _ in entered + native] + [e.id for e, _ in stacks])[:8],
+        evidence=([e.id for e, _ in entered + native + setup] + [e.id for e, _ in stacks])[:8],
         fix="Gather what tells the ranks apart while the job hangs: py-spy stacks of every"
         " rank (`triage hang --pids ...`), Flight Recorder dumps, or a rerun with"
         " TORCH_DISTRIBUTED_DEBUG=DETAIL and NCCL_DEBUG=INFO.",
         confirm="stacks or dumps of every rank show where each one is",
     )
+
+
+#: What NCCL logs while it sets communicators up; a log whose last signature is one of them,
+#: a few lines from its end, stopped at or before the first collective.
+_SETUP = frozenset(
+    {
+        "nccl.init",
+        "nccl.channel_p2p",
+        "nccl.channel_shm",
+        "nccl.channel_net",
+        "nccl.comm_topology",
+        "nccl.network",
+        "nccl.version",
+    }
+)
+#: Lines after the last setup line that still count as "right after" it (a progress bar,
+#: a framework's banner).
+_AFTER_SETUP = 20
+
+
+def _stopped_after_setup(evidence: EvidenceSet) -> list[Signal]:
+    """The last line of each log that stops right after a completed NCCL communicator
+    setup with nothing else to say (no error, no timeout, no collective after it)."""
+    by_path: dict[str, list[Signal]] = {}
+    for item in signals(evidence):
+        by_path.setdefault(item[1].path, []).append(item)
+    lines = {log.path: log.lines for _, log in evidence.payloads(LogFile)}
+    stopped = []
+    for path, found in by_path.items():
+        last = max(found, key=lambda item: item[1].line)
+        total = lines.get(path)
+        if (
+            total is not None
+            and total - last[1].line <= _AFTER_SETUP
+            and all(sig.signature in _SETUP for _, sig in found)
+            and any(sig.fields.get("stage") == "COMPLETE" for _, sig in found)
+        ):
+            stopped.append(last)
+    return stopped
 
 
 def _entered(evidence: EvidenceSet) -> list[Signal]:
