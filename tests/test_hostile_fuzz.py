@@ -90,15 +90,17 @@ def test_the_registry_answers_in_time_without_reading_outside(inputs: list[str])
             assert named or OUTSIDE not in said, (tool, path)
 
 
-# VmHWM, not ru_maxrss: Linux carries ru_maxrss across exec (pytest's size after torch).
-SCRIPT = """
+#: A child script's last line: its own peak RSS in MB. VmHWM, not ru_maxrss: Linux carries
+#: ru_maxrss across exec, so a child of a pytest that imported torch reports pytest's size.
+PRINT_PEAK_MB = 'print(int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) // 1024)'
+SCRIPT = f"""
 import json, sys
 from tests.test_hostile_fuzz import path_calls
 from triage.registry import REGISTRY
 for tool, param in path_calls():
     for path in json.loads(sys.argv[1]):
-        REGISTRY.run(tool, {param: [path]}, deadline_s=30.0)
-print(int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) // 1024)
+        REGISTRY.run(tool, {{param: [path]}}, deadline_s=30.0)
+{PRINT_PEAK_MB}
 """
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_hostile_fuzz import PRINT_PEAK_MB
 from triage.readers.object_bounds import (
     PICKLE_CONTAINER_OPCODES,
     TooManyObjects,
@@ -25,17 +26,14 @@ FIXTURES = Path(__file__).parent / "fixtures"
 MAX_RSS_MB = 450
 DICTS = 20_000_000
 
-# VmHWM, not ru_maxrss: Linux carries ru_maxrss across exec, so a child forked from a
-# pytest that imported torch would report the parent's size.
-RUN_TOOL = """
+RUN_TOOL = f"""
 import json, sys
 from triage.cli.common import load
 from triage.registry import REGISTRY
 load()
 run = REGISTRY.run(sys.argv[1], json.loads(sys.argv[2]))
 print(json.dumps([gap.reason for gap in run.gaps] + [run.result.error or ""]))
-status = open("/proc/self/status").read().split("VmHWM:")[1]
-print(int(status.split()[0]) // 1024)
+{PRINT_PEAK_MB}
 """
 
 

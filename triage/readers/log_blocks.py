@@ -14,7 +14,11 @@ from dataclasses import dataclass, field
 
 from triage.observations import Frame, TracebackRecord
 from triage.readers.log_prefilter import MAX_LINE
-from triage.readers.signatures.blocks import FAILED_COLLECTIVE_START, TRACEBACK_START
+from triage.readers.signatures.blocks import (
+    EXCEPTION_ANCHORS,
+    FAILED_COLLECTIVE_START,
+    TRACEBACK_START,
+)
 from triage.readers.signatures.memory import SUMMARY_TITLE, SummaryTable
 from triage.readers.stacks import is_user_code
 
@@ -36,15 +40,14 @@ _FR_START = FAILED_COLLECTIVE_START
 _FR_FRAME = re.compile(r"^#\d+ (?P<func>\S.*?) from (?P<file>.+):(?P<line>\d+)$")
 _REPORT_ENTRY = re.compile(r"^\[\d+\]:\s*$")
 _REPORT_FIELD = re.compile(r"^\s+(?P<key>[a-z_]+)\s*:\s?(?P<value>.*)$")
+_QUALIFIED = r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*"  # torch.distributed.DistBackendError
 _EXC_LINE = re.compile(
-    r"^(?P<type>(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Warning|Failure))"
+    rf"^(?P<type>{_QUALIFIED}(?:Error|Exception|Interrupt|Exit|Warning|Failure))"
     r"(?::\s?(?P<msg>.*))?$"
 )
 #: An exception line with no traceback above it, as a report pastes a traceback's last
 #: line: errors only (a bare `UserWarning:` line is no failure, `KeyboardInterrupt` a stop).
-_BARE_EXC = re.compile(
-    r"^(?P<type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)): ?(?P<msg>\S.*)$"
-)
+_BARE_EXC = re.compile(rf"^(?P<type>{_QUALIFIED}(?:Error|Exception)): ?(?P<msg>\S.*)$")
 #: Text without which a line opens no block: with nothing open, it is skipped at once (a log
 #: of a million WARN lines pays one search a line, not every block pattern).
 _MAY_OPEN = re.compile(
@@ -61,8 +64,7 @@ _MAY_OPEN = re.compile(
             "Root Cause (first observed failure):",
             _FR_START,
             SUMMARY_TITLE,
-            "Error:",
-            "Exception:",
+            *EXCEPTION_ANCHORS,
         )
     )
 )
@@ -193,14 +195,11 @@ class BlockParser:
     def _bare_exception(self, number: int, stripped: str, origin: Origin) -> None:
         """An exception line outside any block: a traceback without its frames."""
         found = _BARE_EXC.match(stripped)
-        if found is None:
+        if found is None or self._repeated((origin.key(), found["type"], found["msg"][:200])):
             return
-        same = (origin.key(), found["type"], found["msg"][:200])
-        self.seen[same] = self.seen.get(same, 0) + 1
-        if self.seen[same] <= SAME_BLOCK_KEPT:  # one error logged every step reads as one
-            block = _Block("tb", number, origin, origin.pid, exception=found["type"])
-            block.message = found["msg"].strip()
-            self._record(block, [])
+        block = _Block("tb", number, origin, origin.pid, exception=found["type"])
+        block.message = found["msg"].strip()
+        self._record(block, [])
 
     def _pyspy_pid(self, header: str, style: str) -> int | None:
         """The process of a py-spy thread dump: its `Process PID:` header, else the id of its
@@ -275,11 +274,15 @@ class BlockParser:
         if block is None or not block.frames:
             return
         same = (block.origin.key(), block.exception, tuple(f.key() for f in block.frames[:8]))
-        self.seen[same] = self.seen.get(same, 0) + 1
-        if self.seen[same] > SAME_BLOCK_KEPT:  # a traceback repeated every step reads as one
+        if self._repeated(same):
             return
         frames = list(reversed(block.frames)) if block.style == "tb" else block.frames
         self._record(block, frames)
+
+    def _repeated(self, same: tuple[object, ...]) -> bool:
+        """Seen SAME_BLOCK_KEPT times already: an error logged every step reads as one."""
+        self.seen[same] = self.seen.get(same, 0) + 1
+        return self.seen[same] > SAME_BLOCK_KEPT
 
     def _record(self, block: _Block, frames: list[Frame]) -> None:
         user = next((f for f in frames if is_user_code(f.file)), None)

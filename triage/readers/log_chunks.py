@@ -10,17 +10,18 @@ read in this process: a pool costs more to start than they take to read.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from triage.readers.log_prefilter import RangeScan, compile_table, scan_range
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 CHUNK = 16 << 20
 #: How far past a cut the scanner looks for a line's end before cutting inside the line.
@@ -85,6 +86,10 @@ def _cores() -> int:
 def _pooled(work: list[tuple[int, Stretch]], cores: int) -> Iterator[tuple[int, RangeScan]]:
     """Scan the stretches on a pool, yielding in order; falls back to this process where a
     pool cannot start. The DFA is compiled first, so forked workers share it."""
+    import multiprocessing as mp  # only logs big enough for a pool pay for its import
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
     compile_table()
     method = (
         "fork"

@@ -11,6 +11,9 @@ from triage.readers.signatures import block_anchor
 
 TRACEBACK_START = "Traceback (most recent call last):"
 FAILED_COLLECTIVE_START = "Stack trace of the failed collective:"
+#: A traceback's last line pasted alone (`RuntimeError: ...`): the exception is the failure
+#: even without its frames.
+EXCEPTION_ANCHORS = ("Error:", "Exception:")
 
 for _anchor, _after in (
     (TRACEBACK_START, 400),
@@ -23,9 +26,6 @@ for _anchor, _after in (
     ("Root Cause (first observed failure):", 12),
     (FAILED_COLLECTIVE_START, 80),
     ("Failures:", 60),
-    # A traceback's last line pasted alone (`RuntimeError: ...`): the exception is the
-    # failure even without its frames.
-    ("Error:", 0),
-    ("Exception:", 0),
+    *((anchor, 0) for anchor in EXCEPTION_ANCHORS),
 ):
     block_anchor(_anchor, _after)

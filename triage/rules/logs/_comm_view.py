@@ -12,7 +12,16 @@ from typing import TypeVar
 from triage.models import Evidence, Finding, Location
 from triage.observations import LogSignal, TracebackRecord
 from triage.registry import EvidenceSet
-from triage.rules.logs._signals import Found, Signal, ids, ranks_of, signals, strongest, tracebacks
+from triage.rules.logs._signals import (
+    TEARDOWN_EXCEPTIONS,
+    Found,
+    Signal,
+    ids,
+    ranks_of,
+    signals,
+    strongest,
+    tracebacks,
+)
 
 P = TypeVar("P", LogSignal, TracebackRecord)
 Traceback = tuple[Evidence, TracebackRecord]
@@ -122,7 +131,7 @@ _DIST_FRAME = re.compile(r"(^|/)torch/distributed/")
 _NCCL_ERROR = re.compile(r"NCCL error|NCCL Error|DistBackendError|nccl\w+Error")
 
 #: Exceptions the launcher or a signal handler raises while tearing a job down.
-_TEARDOWN = re.compile(r"ChildFailedError|SignalException|KeyboardInterrupt|SystemExit")
+_TEARDOWN = re.compile("|".join(sorted(TEARDOWN_EXCEPTIONS)))
 
 #: Signals by which a person or the launcher stops a job (Ctrl-C, scancel, cleanup).
 _STOP = frozenset({"SIGINT", "SIGTERM", "SIGHUP"})

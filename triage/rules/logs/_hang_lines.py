@@ -22,7 +22,7 @@ from triage.observations import LogFile, LogSignal, RankState, TracebackRecord
 from triage.readers.logscan import file_origin
 from triage.readers.source import rank_condition
 from triage.registry import EvidenceSet
-from triage.rules.logs._signals import signals, tracebacks
+from triage.rules.logs._signals import TEARDOWN_EXCEPTIONS, signals, tracebacks
 from triage.rules.logs._trace_split import TIMEOUTS, TraceSplit, timeout_stacks, trace_split
 from triage.text import format_ranks
 
@@ -33,7 +33,6 @@ _NOT_OWN_ERROR = re.compile(
     r"(?i)time[ds]? ?out|watchdog|nccl|gloo|processgroup|c10d|connection|closed by|reset by|"
     r"abort|broken pipe|monitoredbarrier|collective|peer|signal|terminat"
 )
-_NOT_ERRORS = {"KeyboardInterrupt", "SystemExit", "SignalException", "ChildFailedError"}
 _DIST = re.compile(r"(^|/)torch/distributed/")
 
 
@@ -288,7 +287,7 @@ def _own_errors(evidence: EvidenceSet) -> dict[int, tuple[Evidence, TracebackRec
             continue
         name = record.exception.rsplit(".", 1)[-1]
         text = f"{record.exception}: {record.message}"
-        if name in _NOT_ERRORS or _NOT_OWN_ERROR.search(text):
+        if name in TEARDOWN_EXCEPTIONS or _NOT_OWN_ERROR.search(text):
             continue
         out.setdefault(record.rank, (item, record))
     return out

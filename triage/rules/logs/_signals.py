@@ -9,6 +9,11 @@ from triage.models import Evidence
 from triage.observations import LogSignal, TracebackRecord
 from triage.registry import EvidenceSet
 
+#: The launcher's and the interpreter's own exceptions: they report a stop, not its cause.
+TEARDOWN_EXCEPTIONS = frozenset(
+    {"KeyboardInterrupt", "SystemExit", "SignalException", "ChildFailedError"}
+)
+
 Signal = tuple[Evidence, LogSignal]
 
 #: One explanation a rule weighs: confidence, what went wrong, the signals that show it, the fix.

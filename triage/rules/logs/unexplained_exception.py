@@ -7,10 +7,7 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._signals import tracebacks
-
-#: The launcher's and the interpreter's own exceptions report a stop, not its cause.
-_TEARDOWN = ("ChildFailedError", "SignalException", "KeyboardInterrupt", "SystemExit")
+from triage.rules.logs._signals import TEARDOWN_EXCEPTIONS, tracebacks
 
 
 @rule("logs.unexplained_exception", "config.unknown", last_resort=True)
@@ -45,7 +42,7 @@ def unexplained_exception(evidence: EvidenceSet) -> Iterator[Finding]:
     errors = [
         (item, record)
         for item, record in tracebacks(evidence, dumps=False)
-        if record.exception and record.exception.rsplit(".", 1)[-1] not in _TEARDOWN
+        if record.exception and record.exception.rsplit(".", 1)[-1] not in TEARDOWN_EXCEPTIONS
     ]
     if not errors:
         return
