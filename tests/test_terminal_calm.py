@@ -163,13 +163,13 @@ def test_counts_and_rank_subjects_agree(tmp_path: Path) -> None:
     assert "no evidence, 1 gap)" in nothing.hypotheses[0].summary
     f = source(tmp_path)
     busy = report_of(state(0, "all_reduce", f, 6), state(1, None, f, 7, active=True))
-    assert "The rank 0 waits in" in busy.hypotheses[0].summary
+    assert "Rank 0 waits in" in busy.hypotheses[0].summary
     two = report_of(
         *(state(r, None, f, 7, active=True) for r in (0, 1)),
         *(state(r, "all_reduce", f, 6) for r in (2, 3)),
     ).hypotheses[0]
     assert two.title.startswith("ranks 0-1 are not in the collective")
-    assert "The ranks 2-3 wait in" in two.summary
+    assert "Ranks 2-3 wait in" in two.summary
     one = report_of(state(3, "barrier", f, 9), *(state(r, "all_reduce", f, 6) for r in (0, 1, 2)))
     assert "Rank 3 already stands after the loop" in one.hypotheses[0].summary
     both = report_of(*(state(r, "barrier", f, 9) for r in (2, 3)), state(0, "all_reduce", f, 6))

@@ -26,7 +26,9 @@ def latest_stacks(evidence: EvidenceSet) -> list[tuple[Evidence, RankState]]:
 
     Later evidence is later in time (logs are read in file order, lines in line order);
     a live py-spy stack (source `pid:N`) is newer than any dump in a log. Stacks of unknown
-    rank stay apart by host and pid. Order: each process's first appearance.
+    rank stay apart by host and pid. A dump's other threads never stand in for its main
+    thread (the one that runs `<module>`): they are one process, and the main thread is
+    where the rank is. Order: each process's first appearance.
     """
 
     def compute() -> list[tuple[Evidence, RankState]]:
@@ -34,7 +36,7 @@ def latest_stacks(evidence: EvidenceSet) -> list[tuple[Evidence, RankState]]:
         for item, state in evidence.payloads(RankState):
             key = ("rank", state.rank) if state.rank is not None else ("pid", state.host, state.pid)
             kept = latest.get(key)
-            if kept is None or _is_live(item) or not _is_live(kept[0]):
+            if kept is None or _is_live(item) or _replaces(kept, state):
                 latest[key] = (item, state)
         return list(latest.values())
 
@@ -43,6 +45,16 @@ def latest_stacks(evidence: EvidenceSet) -> list[tuple[Evidence, RankState]]:
 
 def _is_live(item: Evidence) -> bool:
     return item.source.startswith("pid:")
+
+
+def _replaces(kept: tuple[Evidence, RankState], state: RankState) -> bool:
+    """A later dump replaces a dump, unless a helper thread would replace the main one."""
+    return not _is_live(kept[0]) and (_is_main(state) or not _is_main(kept[1]))
+
+
+def _is_main(state: RankState) -> bool:
+    """The script's own thread: its outermost frame runs a module's top level."""
+    return bool(state.call_path) and state.call_path[0].function == "<module>"
 
 
 def state_groups(evidence: EvidenceSet) -> list[list[tuple[Evidence, RankState]]]:

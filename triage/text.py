@@ -17,8 +17,15 @@ def bound_text(text: str, limit: int = MAX_OUTPUT_CHARS) -> str:
 
 
 def rank_label(ranks: list[int] | set[int]) -> str:
-    """'rank 2' or 'ranks 1,3'."""
+    """'rank 2' or 'ranks 1,3'; 'processes of unknown rank' when no rank is known."""
+    if not ranks:
+        return "processes of unknown rank"
     return ("rank " if len(set(ranks)) == 1 else "ranks ") + format_ranks(ranks)
+
+
+def capitalized(text: str) -> str:
+    """The first letter upper-cased, the rest as written: 'rank 2' -> 'Rank 2'."""
+    return text[:1].upper() + text[1:]
 
 
 def plural(count: int, noun: str) -> str:

@@ -10,6 +10,7 @@ line numbers closes every open block.
 from __future__ import annotations
 
 import re
+import zlib
 from dataclasses import dataclass, field
 
 from triage.observations import Frame, TracebackRecord
@@ -99,8 +100,11 @@ class BlockParser:
         self.report: tuple[int, list[str], Origin] | None = None
         self.report_section = ""
         self.summaries: dict[tuple[object, ...], tuple[int, Origin, SummaryTable]] = {}
+        #: The line where the faulthandler dump being read began: its threads are one process.
+        self.fh_dump: int | None = None
 
     def reset(self) -> None:
+        self.fh_dump = None
         for key in list(self.summaries):
             self._close_summary(key)
         self.pyspy_header = None
@@ -110,6 +114,8 @@ class BlockParser:
         self.report_section = ""
 
     def feed(self, number: int, text: str, origin: Origin) -> None:
+        if self.fh_dump is not None and not _in_fh_dump(text):
+            self.fh_dump = None
         idle = not (self.open or self.summaries or self.report_section)
         if idle and self.pyspy_header is None and not _MAY_OPEN.search(text):
             return
@@ -155,13 +161,16 @@ class BlockParser:
                 else "pyspy"
             )
             pid = origin.pid if origin.pid is not None else self._pyspy_pid(stripped, style)
+            if style == "fh" and pid is None and origin.rank is None:
+                self.fh_dump = number if self.fh_dump is None else self.fh_dump
+                pid = placeholder_pid(self.path, self.fh_dump)
             self.open[key] = _Block(style, number, origin, pid)
             return
         frame = _TB_FRAME.match(text) or _FH_FRAME.match(text)
         if block is None:
             if frame:  # frames without a header: a pasted excerpt of a traceback or dump
                 style = "tb" if _TB_FRAME.match(text) else "fh"
-                block = self.open[key] = _Block(style, number, origin, origin.pid)
+                block = self.open[key] = _Block(style, number, origin, origin.pid, excerpt=True)
             else:
                 self._bare_exception(number, stripped, origin)
                 return
@@ -186,7 +195,11 @@ class BlockParser:
             if exc:
                 block.exception, block.message = exc["type"], (exc["msg"] or "").strip()
                 self._close(key)
-            elif stripped and not text[:1].isspace() and block.frames:
+            elif block.frames and (
+                (stripped and not text[:1].isspace()) or (block.excerpt and not stripped)
+            ):
+                # a blank line parts pasted excerpts (one per rank); a whole traceback may
+                # hold blank lines (loguru's), and its exception line ends it
                 self._close(key)
             return
         if stripped and not text[:1].isspace():
@@ -303,6 +316,24 @@ class BlockParser:
         )
 
 
+def placeholder_pid(path: str, line: int) -> int:
+    """A stable negative stand-in for the pid of a process dumped at `line` of `path` that
+    names neither its pid nor its rank: never a real pid, the same for every thread of one
+    dump."""
+    return -(1 << 20) - zlib.crc32(f"{path}:{line}".encode()) % (1 << 30)
+
+
+def _in_fh_dump(text: str) -> bool:
+    """A line that may sit inside one faulthandler dump (between its threads included)."""
+    stripped = text.strip()
+    return (
+        not stripped
+        or stripped == "<no Python frame>"
+        or _FH_START.match(stripped) is not None
+        or _FH_FRAME.match(text) is not None
+    )
+
+
 def _interrupted(exception: str | None) -> bool:
     """Ctrl-C or a launcher's SIGTERM stops a waiting rank where it waits: its traceback
     is a stack dump, not the failure."""
@@ -318,4 +349,6 @@ class _Block:
     pid: int | None
     frames: list[Frame] = field(default_factory=list)
     exception: str | None = None
+    #: Frames pasted without their header: a blank line ends them.
+    excerpt: bool = False
     message: str = ""

@@ -71,6 +71,8 @@ class Table:
     after_of: dict[bytes, int]
     signature_anchors: frozenset[bytes]
     frequent: tuple[Frequent, ...]
+    #: The anchors that ask for context lines: one inside a context line asks for more.
+    context_anchors: Any
 
 
 _compiled: tuple[int, Table] | None = None
@@ -112,7 +114,9 @@ def compile_table() -> Table:
         owned = frozenset(a.encode() for s in signatures.load().values() for a in s.anchors)
         anchors = owned - {a.encode() for a in signatures.BLOCK_ANCHORS}
         after_of = {a.encode(): after for a, after in table.items()}
-        _compiled = (version, Table(pattern, after_of, anchors, frequent))
+        asking = sorted((a for a, after in table.items() if after), key=len, reverse=True)
+        context = re2.compile(_latin("|".join(re.escape(a) for a in asking)), _options())
+        _compiled = (version, Table(pattern, after_of, anchors, frequent, context))
     return _compiled[1]
 
 
@@ -182,13 +186,17 @@ def _scan(data: bytes, table: Table, out: RangeScan) -> int:
         anchored = anchor in table.signature_anchors or _anchored_later(data, hit.end(), table)
         lines.want(line_start, anchored=anchored)
         position = lines.end_of(line_start)
-        after = table.after_of.get(anchor, 0)
-        for index in range(after):
+        remaining = table.after_of.get(anchor, 0)
+        while remaining:
             if position >= len(data):
-                owed = after - index
+                owed = remaining
                 break
             lines.want(position)
-            position = lines.end_of(position)
+            end = lines.end_of(position)
+            inner = table.context_anchors.search(data, position, end)
+            # a frame line inside a frame's context (`File "` twice) asks for its own line
+            remaining = max(remaining - 1, table.after_of[inner.group(0)] if inner else 0)
+            position = end
     for key, sampled in runs.series().items():
         part = out.series[key] = SeriesPart(sampled.count)
         for offset in sampled.first:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import re
 import tempfile
-import zlib
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ from typing import Any
 
 from triage.observations import LogSignal, RankState, TracebackRecord
 from triage.readers import signatures
-from triage.readers.log_blocks import BlockParser, Origin
+from triage.readers.log_blocks import BlockParser, Origin, placeholder_pid
 from triage.readers.log_chunks import scan_stretches
 from triage.readers.log_prefilter import MAX_LINE, RangeScan, last_line
 from triage.readers.log_runs import writer_of
@@ -223,7 +222,7 @@ def dump_state(record: TracebackRecord) -> RankState | None:
     elif record.rank is not None:
         pid = -1 - record.rank
     else:
-        pid = -(1 << 20) - zlib.crc32(f"{record.path}:{record.line}".encode()) % (1 << 30)
+        pid = placeholder_pid(record.path, record.line)
     return classify(record.frames, pid=pid, rank=record.rank, host=record.host or "")
 
 

@@ -172,12 +172,24 @@ def held_by_tracer(stderr: str) -> bool:
 
 def is_stopped(pid: int) -> bool:
     """Whether the process is stopped (T: SIGSTOP, SIGTSTP; t: a debugger's hold): py-spy
-    cannot pause it, and waiting for its tracer will not help."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            return stat.read().rpartition(b")")[2].split()[:1] in ([b"T"], [b"t"])
-    except OSError:
-        return False
+    cannot pause it, and waiting for its tracer will not help. Read a few times apart: a
+    process under strace passes through `t` at every system call, and is not stopped."""
+    import time
+
+    for sample in range(_STOPPED_SAMPLES):
+        if sample:
+            time.sleep(0.01)
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as stat:
+                state = stat.read().rpartition(b")")[2].split()[:1]
+        except OSError:
+            return False
+        if state not in ([b"T"], [b"t"]):
+            return False
+    return True
+
+
+_STOPPED_SAMPLES = 3
 
 
 def explain(pid: int, stderr: str) -> tuple[str, str | None]:

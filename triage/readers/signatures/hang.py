@@ -306,16 +306,33 @@ signature(
 
 
 # A native stack (gdb's `thread apply all bt`, py-spy --native) stopped in c10d's or
-# gloo's wait, or in NCCL's communicator setup: the process is inside a collective. Only
+# gloo's wait, in NCCL's communicator setup or group end, in an NCCL collective's enqueue or
+# a CUDA synchronize: the process is inside a collective. Only
 # frame lines count (`#5 0x... in SYM (...) from lib.so`, `SYM (lib.so)`), not NCCL's INFO
 # lines that name ncclCommInitRank.
 signature(
     "hang.native_wait",
     r"^\s*(?:#\d+\s+(?:0x[0-9a-fA-F]+ in )?)?"
     r"(?P<frame>c10d::[\w:<>]*?::(?:wait|synchronize\w*|barrier|doWait|waitForWork)|"
-    r"gloo::[\w:]*::(?:wait\w*|recv)|ncclCommInitRank\w*)\b"
+    r"gloo::[\w:]*::(?:wait\w*|recv)|ncclCommInitRank\w*|ncclGroupEnd|"
+    r"nccl(?:AllReduce|AllGather|Broadcast|ReduceScatter|Send|Recv)|"
+    r"cuda(?:Stream|Device|Event)Synchronize)\b"
     r"(?=.*(?:\bfrom \S+\.so|\(\S+\.so[\d.]*\)|\bat \S+:\d+))",
-    anchors=("c10d::", "gloo::", "ncclCommInitRank"),
+    anchors=(
+        "c10d::",
+        "gloo::",
+        "ncclCommInitRank",
+        "ncclGroupEnd",
+        "ncclAllReduce",
+        "ncclAllGather",
+        "ncclBroadcast",
+        "ncclReduceScatter",
+        "ncclSend",
+        "ncclRecv",
+        "StreamSynchronize",
+        "DeviceSynchronize",
+        "EventSynchronize",
+    ),
     summary="a native stack frame waiting inside a collective or NCCL's setup",
 )
 

@@ -150,6 +150,14 @@ signature(
     summary="the GPU refused another context: exclusive-process mode with two ranks (or another job) on it",
 )
 
+signature(
+    "setup.two_gpus_in_one_op",
+    r"Expected all tensors to be on the same device, but found at least two devices, "
+    r"(?P<first>cuda:\d+) and (?P<second>cuda:\d+)",
+    anchors="Expected all tensors to be on the same device",
+    summary="one process used two GPUs in one operation: a rank's tensors are not on its device",
+)
+
 # --- config.world_size_mismatch ----------------------------------------------------------
 
 signature(

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from triage.models import Evidence, Finding, Location
-from triage.observations import LogSignal, TracebackRecord
+from triage.observations import LogFile, LogSignal, TracebackRecord
 from triage.registry import EvidenceSet
 from triage.rules.logs._signals import (
     TEARDOWN_EXCEPTIONS,
@@ -463,3 +463,47 @@ def quoted_finding(
         fix=fix,
         confirm=confirm,
     )
+
+
+#: What NCCL logs while it sets communicators up; a log whose last signature is one of them,
+#: a few lines from its end, stopped at or before the first collective.
+_SETUP = frozenset(
+    {
+        "nccl.init",
+        "nccl.channel_p2p",
+        "nccl.channel_shm",
+        "nccl.channel_net",
+        "nccl.comm_topology",
+        "nccl.network",
+        "nccl.version",
+        "nccl.bootstrap_interface",
+        "nccl.socket_interfaces",
+        "nccl.ib_devices",
+        "nccl.ib_absent",
+        "nccl.env_override",
+    }
+)
+#: Lines after the last setup line that still count as "right after" it (a progress bar,
+#: a framework's banner).
+_AFTER_SETUP = 20
+
+
+def stopped_after_setup(evidence: EvidenceSet) -> list[Signal]:
+    """The last line of each log that stops right after a completed NCCL communicator
+    setup with nothing else to say (no error, no timeout, no collective after it)."""
+    by_path: dict[str, list[Signal]] = {}
+    for item in signals(evidence):
+        by_path.setdefault(item[1].path, []).append(item)
+    lines = {log.path: log.lines for _, log in evidence.payloads(LogFile)}
+    stopped = []
+    for path, found in by_path.items():
+        last = max(found, key=lambda item: item[1].line)
+        total = lines.get(path)
+        if (
+            total is not None
+            and total - last[1].line <= _AFTER_SETUP
+            and all(sig.signature in _SETUP for _, sig in found)
+            and any(sig.fields.get("stage") == "COMPLETE" for _, sig in found)
+        ):
+            stopped.append(last)
+    return stopped

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 from triage.models import Evidence
 from triage.observations import LogSignal, TracebackRecord
+from triage.readers.stacks import COLLECTIVE_OPS
 from triage.registry import EvidenceSet
 
 #: The launcher's and the interpreter's own exceptions: they report a stop, not its cause.
@@ -47,3 +48,25 @@ def strongest(found: list[Found]) -> tuple[Found, list[Signal]]:
     """The most confident explanation (the first of equals), and the signals of all of them
     to cite: the weaker explanations still support the finding."""
     return max(found, key=lambda f: f[0]), [item for _, _, items, _ in found for item in items]
+
+
+def stacks_in_collectives(evidence: EvidenceSet) -> list[tuple[Evidence, str]]:
+    """Stacks without an exception (or stopped by Ctrl-C or SIGTERM) whose torch.distributed
+    frames include a collective, with that collective (the outermost: `broadcast_object_list`,
+    not the `broadcast` it calls)."""
+    out: list[tuple[Evidence, str]] = []
+    for item, record in tracebacks(evidence):
+        if (record.dump or record.exception is None) and (op := _collective(record)) is not None:
+            out.append((item, op))
+    return out
+
+
+def _collective(record: TracebackRecord) -> str | None:
+    return next(
+        (
+            f.function
+            for f in reversed(record.frames)
+            if "torch/distributed/" in f.file and f.function in COLLECTIVE_OPS
+        ),
+        None,
+    )

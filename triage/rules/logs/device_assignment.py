@@ -29,6 +29,11 @@ _FIX_BUSY = (
     "GPU with set_device(LOCAL_RANK), free the GPU (nvidia-smi shows who holds it), or switch "
     "the compute mode to Default (`nvidia-smi -c 0`, needs root)."
 )
+_FIX_MIXED = (
+    "Put everything a rank uses on its own GPU: torch.cuda.set_device(LOCAL_RANK) first, "
+    "then `.to(device)` for the model and every batch, and torch.load(..., map_location=device)"
+    " for checkpoints; a hard-coded cuda:0 or .cuda() before set_device sends it elsewhere."
+)
 
 
 @rule("logs.device_assignment", "config.device_assignment")
@@ -42,7 +47,9 @@ def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
     than GPUs, or RANK used instead of LOCAL_RANK on a second node); `all CUDA-capable
     devices are busy or unavailable` (two ranks on one GPU in exclusive-process mode);
     weaker: NCCL's `invalid usage` result with no reason shown (its usual cause is two
-    ranks on one GPU; NCCL_DEBUG=WARN prints the `Duplicate GPU` line).
+    ranks on one GPU; NCCL_DEBUG=WARN prints the `Duplicate GPU` line); weaker still, one
+    operation on tensors of two GPUs (`Expected all tensors to be on the same device, ...
+    cuda:0 and cuda:1`): a rank's model, batch or checkpoint is not on its own device.
 
     Why it happens:
     The script never calls torch.cuda.set_device, hard-codes cuda:0, indexes devices with
@@ -119,6 +126,19 @@ def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
                 busy,
                 ranks,
                 _FIX_BUSY,
+            )
+        )
+    mixed = signals(evidence, "setup.two_gpus_in_one_op")
+    if mixed:
+        first = mixed[0][1].fields
+        found.append(
+            (
+                0.4,
+                f"one operation mixed {first['first']} and {first['second']}: part of a rank's"
+                " model or data is not on its own GPU",
+                mixed,
+                ranks_of(s for _, s in mixed),
+                _FIX_MIXED,
             )
         )
     invalid = [

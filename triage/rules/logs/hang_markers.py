@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from triage.models import Evidence, Finding
-from triage.observations import LogFile, TracebackRecord
-from triage.readers.stacks import COLLECTIVE_OPS
+from triage.models import Finding
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._signals import Signal, ranks_of, signals, tracebacks
+from triage.rules.logs._comm_view import stopped_after_setup
+from triage.rules.logs._signals import Signal, ranks_of, signals, stacks_in_collectives
 from triage.text import rank_label
 
 
@@ -69,9 +68,9 @@ def hang_markers(evidence: EvidenceSet) -> Iterator[Finding]:
 def _weak_markers(evidence: EvidenceSet) -> Iterator[Finding]:
     """Text that shows processes inside collectives but no timeout: where they stopped."""
     entered = _entered(evidence)
-    stacks = _in_collectives(evidence)
+    stacks = stacks_in_collectives(evidence)
     native = signals(evidence, "hang.native_wait")
-    setup = _stopped_after_setup(evidence)
+    setup = stopped_after_setup(evidence)
     if not entered and not stacks and not native and not setup:
         return
     where = (
@@ -97,72 +96,12 @@ def _weak_markers(evidence: EvidenceSet) -> Iterator[Finding]:
     )
 
 
-#: What NCCL logs while it sets communicators up; a log whose last signature is one of them,
-#: a few lines from its end, stopped at or before the first collective.
-_SETUP = frozenset(
-    {
-        "nccl.init",
-        "nccl.channel_p2p",
-        "nccl.channel_shm",
-        "nccl.channel_net",
-        "nccl.comm_topology",
-        "nccl.network",
-        "nccl.version",
-    }
-)
-#: Lines after the last setup line that still count as "right after" it (a progress bar,
-#: a framework's banner).
-_AFTER_SETUP = 20
-
-
-def _stopped_after_setup(evidence: EvidenceSet) -> list[Signal]:
-    """The last line of each log that stops right after a completed NCCL communicator
-    setup with nothing else to say (no error, no timeout, no collective after it)."""
-    by_path: dict[str, list[Signal]] = {}
-    for item in signals(evidence):
-        by_path.setdefault(item[1].path, []).append(item)
-    lines = {log.path: log.lines for _, log in evidence.payloads(LogFile)}
-    stopped = []
-    for path, found in by_path.items():
-        last = max(found, key=lambda item: item[1].line)
-        total = lines.get(path)
-        if (
-            total is not None
-            and total - last[1].line <= _AFTER_SETUP
-            and all(sig.signature in _SETUP for _, sig in found)
-            and any(sig.fields.get("stage") == "COMPLETE" for _, sig in found)
-        ):
-            stopped.append(last)
-    return stopped
-
-
 def _entered(evidence: EvidenceSet) -> list[Signal]:
     """Each writer's last print around each collective, where it is the one before the call."""
     last: dict[tuple[object, ...], Signal] = {}
     for item, sig in sorted(signals(evidence, "hang.progress_print"), key=lambda f: f[1].line):
         last[(sig.path, sig.rank, sig.pid, sig.fields["op"])] = (item, sig)
     return [(e, s) for e, s in last.values() if s.fields.get("entering")]
-
-
-def _in_collectives(evidence: EvidenceSet) -> list[tuple[Evidence, str]]:
-    """Stacks without an exception (or stopped by Ctrl-C or SIGTERM) whose torch.distributed
-    frames include a collective."""
-    out: list[tuple[Evidence, str]] = []
-    for item, record in tracebacks(evidence):
-        if (record.dump or record.exception is None) and (op := _collective(record)) is not None:
-            out.append((item, op))
-    return out
-
-
-def _collective(record: TracebackRecord) -> str | None:
-    return next(
-        (
-            f.function
-            for f in reversed(record.frames)
-            if "torch/distributed/" in f.file and f.function in COLLECTIVE_OPS
-        ),
-        None,
-    )
 
 
 def _writer(rank: int | None) -> str:

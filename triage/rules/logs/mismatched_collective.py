@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 from triage.models import Evidence, Finding, Location
-from triage.observations import Frame, LogSignal
+from triage.observations import Frame, LogSignal, TracebackRecord
 from triage.readers.source import Block
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._hang_lines import (
@@ -15,7 +15,7 @@ from triage.rules.logs._hang_lines import (
     positions_text,
     same_op_reports,
 )
-from triage.rules.logs._signals import ids, signals
+from triage.rules.logs._signals import ids, signals, stacks_in_collectives, tracebacks
 from triage.rules.logs._trace_split import TraceSplit, skipped_call
 from triage.rules.stacks._hang_view import SKIP_STORY, StateGroup, skip_fix
 from triage.text import format_ranks, rank_label
@@ -78,6 +78,49 @@ def mismatched_collective(evidence: EvidenceSet) -> Iterator[Finding]:
         return
     yield from _from_reports(evidence)
     yield from _horovod(evidence)
+    yield from _stacks_apart(evidence)
+
+
+def _stacks_apart(evidence: EvidenceSet) -> Iterator[Finding]:
+    """Pasted stacks (frames without an exception) that stand in different collective APIs:
+    the processes wait in different collectives, which never match."""
+    by_op: dict[str, list[tuple[Evidence, TracebackRecord]]] = {}
+    records = {item.id: record for item, record in tracebacks(evidence)}
+    for item, op in stacks_in_collectives(evidence):
+        record = records[item.id]
+        if not record.dump:  # dumps are rank states: the stack rules read those
+            by_op.setdefault(op, []).append((item, record))
+    ranks = {r.rank for found in by_op.values() for _, r in found}
+    if len(by_op) < 2 or (len(ranks) == 1 and None not in ranks):
+        return
+    ops = sorted(by_op)
+    firsts = [by_op[op][0][1] for op in ops]
+    places = [
+        f"in {op}" + (f" (from {r.user_frame.file}:{r.user_frame.line})" if r.user_frame else "")
+        for op, r in zip(ops, firsts, strict=True)
+    ]
+    locations = [r.user_frame.location() for r in firsts if r.user_frame]
+    yield Finding(
+        title=f"stacks stand in different collectives: {' and '.join(ops)}",
+        summary=(
+            f"The stacks in the text wait {' and '.join(places)}: processes that wait in"
+            " different collectives never match, so each waits for the others forever. Which"
+            " side skipped or added a call is not in the text."
+        ),
+        ranks=sorted(r for r in ranks if r is not None),
+        location=locations[0] if locations else None,
+        other_locations=locations[1:],
+        confidence=0.4,
+        evidence=[item.id for op in ops for item, _ in by_op[op][:2]][:8],
+        fix=(
+            "Every rank must issue the same collectives in the same order: find the"
+            " rank-, data- or metric-dependent branch that sends some ranks to "
+            f"{ops[0]} and others to {ops[1]} (a checkpoint, an early stop, a metric computed"
+            " on local data) and make every rank take the same one."
+        ),
+        confirm="every rank's stack (py-spy, or TORCH_DISTRIBUTED_DEBUG=DETAIL's fingerprint"
+        " error): ranks split between the two calls",
+    )
 
 
 def _horovod(evidence: EvidenceSet) -> Iterator[Finding]:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._comm_view import comm_view, quote
+from triage.rules.logs._comm_view import comm_view, quote, stopped_after_setup
 from triage.rules.logs._signals import ids, ranks_of
 from triage.text import rank_label
 
@@ -29,7 +29,8 @@ def p2p_unsupported(evidence: EvidenceSet) -> Iterator[Finding]:
     handle`, failed cudaIpc*MemHandle calls; and the classic silent case: an
     NCCL_DEBUG=INFO log of ranks all on one host that stops during communicator setup
     (no `Init COMPLETE`, no error), or whose P2P channels are set up and the first
-    collective then times out; nccl-tests (all_reduce_perf) on one host that prints its
+    collective then times out, or that says nothing after its local (P2P, SHM) channels
+    and `Init COMPLETE` (weaker: the first collective never ran); nccl-tests (all_reduce_perf) on one host that prints its
     ranks and no measured size.
 
     Why it happens:
@@ -90,6 +91,8 @@ def p2p_unsupported(evidence: EvidenceSet) -> Iterator[Finding]:
         and (view.failure_signals() or view.errors())
     ):
         confidence, when = 0.45, "sets up P2P channels and the first collective never completes"
+    elif view.has("nccl.channel_p2p", "nccl.channel_shm") and stopped_after_setup(evidence):
+        confidence, when = 0.3, "stops right after its communicators are set up"
     else:
         return
     if iommu:

@@ -40,7 +40,9 @@ class StateGroup:
 
     @property
     def label(self) -> str:
-        return rank_label(self.ranks) if self.ranks else f"pid {self.first.pid}"
+        if self.ranks:
+            return rank_label(self.ranks)
+        return f"pid {self.first.pid}" if self.first.pid >= 0 else "a process of unknown rank"
 
     def verb(self, verb: str) -> str:
         """`verb` (plural form) agreeing with the label: 'rank 2 stands', 'ranks 0-1 stand'."""
@@ -108,9 +110,13 @@ def _build_view(evidence: EvidenceSet) -> HangView:
 
 
 def coverage_factor(view: HangView) -> float:
-    """Confidence shrinks when some live ranks could not be read."""
+    """Confidence shrinks when some live ranks could not be read, and when some stacks come
+    from text that names neither their rank nor their pid: those may be one process dumped
+    twice, or threads of one process, not ranks that disagree."""
     total = view.live_count + view.unreadable
-    return 1.0 if total == 0 else 0.6 + 0.4 * view.live_count / total
+    read = 1.0 if total == 0 else 0.6 + 0.4 * view.live_count / total
+    anonymous = any(s.rank is None and s.pid < 0 for g in view.groups for s in g.states)
+    return read * (0.6 if anonymous else 1.0)
 
 
 def split_point(a: RankState, b: RankState) -> tuple[int, Frame, Frame] | None:

@@ -8,7 +8,7 @@ from triage.models import Finding
 from triage.observations import RankActivity
 from triage.registry import EvidenceSet, rule
 from triage.rules.stacks._hang_view import coverage_factor, hang_view, is_exiting, past_the_loop
-from triage.text import rank_label, rank_subject
+from triage.text import capitalized, rank_label, rank_subject
 
 _ADVICE = {
     RankActivity.compute: "a long or endless computation",
@@ -72,10 +72,10 @@ def rank_not_in_collective(evidence: EvidenceSet) -> Iterator[Finding]:
     activity = _ADVICE.get(culprit.first.activity, culprit.first.activity.value)
     alone = len(ranks) < sum(len(g.states) for g in view.waiting)
     yield Finding(
-        title=f"{rank_subject(ranks, 'are')} not in the collective "
-        f"{'its' if len(ranks) == 1 else 'their'} peers wait in",
+        title=f"{rank_subject(ranks, 'are') if ranks else culprit.label + ' is'} not in the collective "
+        f"{'its' if len(ranks) <= 1 else 'their'} peers wait in",
         summary=(
-            f"The {majority.label} {majority.verb('wait')} in {majority.where()}, but "
+            f"{capitalized(majority.label)} {majority.verb('wait')} in {majority.where()}, but "
             f"{culprit.label} {culprit.verb('are')} in {activity} at "
             f"{culprit.location or 'an unknown place'}."
         ),
@@ -85,7 +85,7 @@ def rank_not_in_collective(evidence: EvidenceSet) -> Iterator[Finding]:
         confidence=round((0.85 if alone else 0.6) * coverage_factor(view), 3),
         evidence=[e for g in outliers for e in g.evidence[:3]] + majority.evidence[:2],
         fix=(
-            f"Make {rank_label(ranks)} reach the collective at {majority.location}: move the "
+            f"Make {rank_label(ranks) if ranks else culprit.label} reach the collective at {majority.location}: move the "
             f"work at {culprit.location} so every rank does it or it ends before the collective; "
             "if it is legitimately long, raise the process-group timeout."
         ),

@@ -8,7 +8,7 @@ from triage.models import Finding
 from triage.observations import RankActivity
 from triage.registry import EvidenceSet, rule
 from triage.rules.stacks._hang_view import coverage_factor, hang_view
-from triage.text import rank_label
+from triage.text import capitalized, rank_label
 
 _WORLD_SETUP = {
     "init_process_group",
@@ -71,7 +71,7 @@ def subgroup_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
             title=f"{rank_label(culprits)} never called the {waiting.first.op} "
             f"{'its' if len(culprits) == 1 else 'their'} group waits in",
             summary=(
-                f"The {waiting.label} {waiting.verb('wait')} in {waiting.where()}, which every rank must call; "
+                f"{capitalized(waiting.label)} {waiting.verb('wait')} in {waiting.where()}, which every rank must call; "
                 f"{rank_label(skipped)} went on to {elsewhere.where()}.{who}"
             ),
             ranks=culprits,

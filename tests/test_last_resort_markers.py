@@ -1,0 +1,96 @@
+"""Text that shows a failure always gets a hypothesis: a crash, a CUDA fault, a task that
+exited with an error, or a job cancelled at its time limit each give a weak, honest one
+when nothing names a cause, and give way to any rule that does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import analyze_files
+
+CRASHES = {
+    "segfault": "Segmentation fault (core dumped)",
+    "abort": "terminate called after throwing an instance of 'c10::Error'",
+    "python": "Fatal Python error: Segmentation fault",
+    "cuda": "RuntimeError: CUDA error: an illegal memory access was encountered",
+    "assert": "/pytorch/aten/src/ATen/native/cuda/IndexKernel.cu:92: operator(): block:"
+    " [0,0,0], thread: [0,0,0] Assertion `-sizes[i] <= index && index < sizes[i] &&"
+    ' "index out of bounds"` failed.',
+    "srun": "srun: error: gpu-node-07: task 3: Exited with exit code 1",
+    "mpirun": "mpirun noticed that process rank 5 with PID 0 on node gpu-node-02 exited on"
+    " signal 11 (Segmentation fault).",
+    "torchrun": "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -11)"
+    " local_rank: 0 (pid: 2412) of binary: /usr/bin/python3",
+}
+
+
+@pytest.mark.parametrize("name", sorted(CRASHES))
+def test_a_crash_alone_is_a_weak_rank_exited(tmp_path: Path, name: str) -> None:
+    report = analyze_files(tmp_path, {"job.log": CRASHES[name] + "\n"})
+    top = report.hypotheses[0]
+    assert (top.cause_id, top.confidence) == ("hang.rank_exited", 0.2)
+    if name in ("cuda", "assert"):
+        assert "CUDA_LAUNCH_BLOCKING=1" in top.fix
+
+
+def test_the_rank_a_crash_names_is_the_culprit(tmp_path: Path) -> None:
+    report = analyze_files(tmp_path, {"job.log": CRASHES["mpirun"] + "\n"})
+    assert report.hypotheses[0].ranks == [5]
+
+
+def test_the_launcher_stopping_healthy_workers_is_no_crash(tmp_path: Path) -> None:
+    text = (
+        "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 2413 closing"
+        " signal SIGTERM\n"
+        "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -15)"
+        " local_rank: 1 (pid: 2413) of binary: /usr/bin/python3\n"
+    )
+    report = analyze_files(tmp_path, {"job.log": text})
+    assert "hang.rank_exited" not in [h.cause_id for h in report.hypotheses]
+
+
+def test_a_named_cause_outranks_the_crash(tmp_path: Path) -> None:
+    """An OOM before the segfault explains it: the last resort gives way."""
+    text = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a"
+        " total capacity of 79.15 GiB of which 1.2 GiB is free.\n"
+        "Segmentation fault (core dumped)\n"
+    )
+    report = analyze_files(tmp_path, {"job.log": text})
+    causes = [h.cause_id for h in report.hypotheses]
+    assert causes[0].startswith("oom.") and "hang.rank_exited" not in causes
+
+
+def test_a_job_cancelled_at_its_time_limit_may_have_hung(tmp_path: Path) -> None:
+    text = (
+        "step 1200 loss 2.113\n"
+        "slurmstepd: error: *** JOB 88231 ON gpu-node-03 CANCELLED AT 2024-05-02T03:12:44"
+        " DUE TO TIME LIMIT ***\n"
+    )
+    report = analyze_files(tmp_path, {"slurm-88231.out": text})
+    top = report.hypotheses[0]
+    assert (top.cause_id, top.confidence) == ("hang.unknown", 0.1)
+    assert "--time" in top.fix
+
+
+def test_two_gpus_in_one_op_is_a_device_mapping_error(tmp_path: Path) -> None:
+    text = (
+        "RuntimeError: Expected all tensors to be on the same device, but found at least two"
+        " devices, cuda:0 and cuda:3! (when checking argument for argument mat1 in method"
+        " wrapper_CUDA_addmm)\n"
+    )
+    report = analyze_files(tmp_path, {"rank3.log": text})
+    top = report.hypotheses[0]
+    assert top.cause_id == "config.device_assignment" and top.confidence < 0.5
+    assert "cuda:0 and cuda:3" in top.title
+
+
+def test_cpu_and_gpu_in_one_op_is_not_a_device_mapping_error(tmp_path: Path) -> None:
+    text = (
+        "RuntimeError: Expected all tensors to be on the same device, but found at least two"
+        " devices, cpu and cuda:0!\n"
+    )
+    report = analyze_files(tmp_path, {"rank0.log": text})
+    assert report.hypotheses[0].cause_id != "config.device_assignment"

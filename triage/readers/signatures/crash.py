@@ -1,0 +1,84 @@
+"""A process that crashed or was ended, in the words of whatever saw it: the shell, the
+C++ runtime, CUDA, Python's fatal-error handler, Slurm's srun and Open MPI's mpirun.
+
+None of these names a cause; together they say a rank is gone, which is what its peers
+then wait for. The scheduler's time limit is here too: a job cancelled at its limit has
+either hung or run out of time.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from triage.readers.signatures import signature
+
+_SIGNAL_NAMES = {"4": "SIGILL", "6": "SIGABRT", "7": "SIGBUS", "8": "SIGFPE", "9": "SIGKILL",
+                 "11": "SIGSEGV", "15": "SIGTERM"}  # fmt: skip
+
+
+def _fields(found: re.Match[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {k: v for k, v in found.groupdict().items() if v is not None}
+    for key in ("rank", "exitcode"):
+        if key in out:
+            out[key] = int(out[key])
+    if "signo" in out:
+        out["signal"] = _SIGNAL_NAMES.get(out["signo"], f"signal {out['signo']}")
+    return out
+
+
+signature(
+    "process.crashed",
+    r"(?P<how>Segmentation fault|core dumped|Bus error|Illegal instruction|"
+    r"Floating point exception|Fatal Python error: [A-Z][\w ]*|"
+    r"terminate called after throwing an instance of '?[\w:]*'?|"
+    r"caught (?:SIGSEGV|SIGBUS|SIGILL|SIGFPE)|received signal (?:SIGSEGV|SIGBUS|SIGILL|SIGFPE))",
+    anchors=(
+        "Segmentation fault",
+        "core dumped",
+        "Bus error",
+        "Illegal instruction",
+        "Floating point exception",
+        "Fatal Python error: ",
+        "terminate called after throwing",
+        "caught SIG",
+        "received signal SIG",
+    ),
+    summary="a process crashed (a segfault, an abort, an uncaught C++ exception)",
+    extract=_fields,
+)
+
+signature(
+    "cuda.kernel_fault",
+    r"(?P<how>an illegal memory access was encountered|device-side assert(?:ion)? triggered|"
+    r"misaligned address|unspecified launch failure|an illegal instruction was encountered|"
+    r"\.cu:\d+: [^\n]*Assertion `[^\n]*` failed)",
+    anchors=(
+        "illegal memory access",
+        "device-side assert",
+        "misaligned address",
+        "unspecified launch failure",
+        "illegal instruction was encountered",
+        "Assertion `",
+    ),
+    summary="a CUDA kernel faulted (an out-of-bounds index, a bad pointer): its process is lost",
+    extract=_fields,
+)
+
+signature(
+    "scheduler.task_exit",
+    r"srun: error: (?P<host>[\w.-]+): tasks? (?P<tasks>[\d,\-]+): (?P<how>[A-Z][\w ]+?)"
+    r"(?: with exit code (?P<exitcode>\d+))?\s*$|"
+    r"mpirun noticed that process rank (?P<rank>\d+) with PID \d+ on node (?P<node>\S+) "
+    r"exited on signal (?P<signo>\d+)",
+    anchors=("srun: error: ", "mpirun noticed that process rank"),
+    summary="the scheduler or MPI launcher saw a task exit with an error or a signal",
+    extract=_fields,
+)
+
+signature(
+    "scheduler.time_limit",
+    r"CANCELLED AT \S+ DUE TO TIME LIMIT|DUE TO TIME LIMIT",
+    anchors="DUE TO TIME LIMIT",
+    summary="the scheduler cancelled the job at its time limit (a hang, or too little time)",
+)

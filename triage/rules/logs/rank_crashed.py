@@ -1,0 +1,84 @@
+"""hang.rank_exited from logs, as a last resort: a process crashed or exited with an error,
+and nothing in the text says why."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from triage.models import Finding
+from triage.registry import EvidenceSet, rule
+from triage.rules.logs._signals import Signal, ids, ranks_of, signals
+from triage.text import rank_label
+
+#: The launcher's own teardown of healthy workers: no failure of theirs.
+_TEARDOWN_CODES = (-15, 143)
+_CRASHES = ("process.crashed", "cuda.kernel_fault", "scheduler.task_exit")
+_EXITS = ("elastic.worker_failed", "elastic.child_failed", "elastic.process_signal",
+          "spawn.process_signal")  # fmt: skip
+
+
+@rule("logs.rank_crashed", "hang.rank_exited", last_resort=True)
+def rank_crashed(evidence: EvidenceSet) -> Iterator[Finding]:
+    """A process crashed or exited with an error code, and no rule reads why.
+
+    What it detects:
+    The shell's, the C++ runtime's or Python's crash lines (`Segmentation fault`, `core
+    dumped`, `terminate called after throwing`, `Fatal Python error:`), a CUDA kernel fault
+    (illegal memory access, device-side assert), srun's or mpirun's report of a task that
+    exited with a code or a signal, torchrun's `failed (exitcode: N)`, when no other rule
+    finds anything. It stands only then.
+
+    Why it happens:
+    The rank's own error is not in the text: a native crash (NCCL, a CUDA extension, a
+    driver), a kernel that indexed out of bounds, or an exception on a rank whose output
+    was not collected. Its peers then wait for it, or fail on its closed connections.
+
+    Evidence:
+    The crash or exit lines, with the rank or task they name.
+
+    Fix:
+    Get the crashed rank's own output: every rank's stderr (`torchrun --redirects 3 --tee
+    3`, `srun --output=%t.log`), a core dump or `faulthandler` for native crashes, and
+    CUDA_LAUNCH_BLOCKING=1 for CUDA faults so the failing kernel is named where it runs.
+
+    Known false positives:
+    A crash that is itself a symptom (a peer's watchdog aborting after a timeout the text
+    does not show).
+
+    References:
+    https://pytorch.org/docs/stable/elastic/errors.html
+    """
+    found = signals(evidence, *_CRASHES) + [
+        item
+        for item in signals(evidence, *_EXITS)
+        if item[1].fields.get("exitcode") not in _TEARDOWN_CODES
+        and item[1].fields.get("signal") not in ("SIGTERM", "SIGKILL")
+    ]
+    if not found:
+        return
+    found.sort(key=lambda item: (item[1].path, item[1].line))
+    ranks = ranks_of(s for _, s in found)
+    who = rank_label(ranks) if ranks else "a process"
+    cuda = [item for item in found if item[1].signature == "cuda.kernel_fault"]
+    yield Finding(
+        title=f"{who} crashed or exited with an error, and the text does not say why",
+        summary=f"{_quote(found)}; no line before it names a cause, so its peers (if any"
+        " waited) are victims and the crashed process's own output holds the answer.",
+        ranks=ranks,
+        confidence=0.2,
+        evidence=ids(found[:8]),
+        fix="Collect the crashed rank's own output: every rank's stderr (torchrun --redirects"
+        " 3 --tee 3, srun --output=%t.log), and a core dump or faulthandler for a native crash"
+        + (
+            "; rerun with CUDA_LAUNCH_BLOCKING=1 so the CUDA fault is reported at the kernel"
+            " that made it."
+            if cuda
+            else "."
+        ),
+        confirm="the crashed rank's stderr or core dump names the failing call",
+    )
+
+
+def _quote(found: list[Signal]) -> str:
+    first = found[0][1]
+    return f"`{first.text[:160]}` ({first.path}:{first.line})"
