@@ -94,3 +94,44 @@ def test_cpu_and_gpu_in_one_op_is_not_a_device_mapping_error(tmp_path: Path) -> 
     )
     report = analyze_files(tmp_path, {"rank0.log": text})
     assert report.hypotheses[0].cause_id != "config.device_assignment"
+
+
+def test_a_launcher_stopped_by_ctrl_c_may_have_hung(tmp_path: Path) -> None:
+    """Older torch names the signal by number."""
+    text = (
+        "WARNING:torch.distributed.elastic.agent.server.api:Received 2 death signal, shutting"
+        " down workers\n"
+    )
+    report = analyze_files(tmp_path, {"launcher.log": text})
+    top = report.hypotheses[0]
+    assert (top.cause_id, top.confidence) == ("hang.unknown", 0.1)
+    assert "SIGINT" in top.title
+
+
+@pytest.mark.parametrize(
+    "announced",
+    [
+        "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/8",
+        "[2023-05-01 10:00:00,000] [INFO] [comm.py:637:init_distributed] Initializing"
+        " TorchBackend in DeepSpeed with backend nccl",
+        "INFO:torch.distributed.distributed_c10d:Added key: store_based_barrier_key:1 to store"
+        " for rank: 0",
+    ],
+)
+def test_a_log_that_stops_in_process_group_setup_is_a_weak_hang(
+    tmp_path: Path, announced: str
+) -> None:
+    report = analyze_files(tmp_path, {"rank0.log": f"{announced}\n{'-' * 80}\n"})
+    top = report.hypotheses[0]
+    assert (top.cause_id, top.confidence) == ("hang.unknown", 0.15)
+    assert "setup began" in top.summary and "MASTER_ADDR" in top.fix
+
+
+def test_a_process_group_every_rank_joined_is_no_stall(tmp_path: Path) -> None:
+    text = (
+        "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/2\n"
+        "All distributed processes registered. Starting with 2 processes\n"
+        "epoch 0 loss 2.31\n"
+    )
+    report = analyze_files(tmp_path, {"rank0.log": text})
+    assert report.hypotheses == []

@@ -91,3 +91,26 @@ def test_stacks_of_unknown_processes_are_not_trusted_like_ranks(tmp_path: Path) 
     assert top.cause_id == "hang.rank_not_in_collective"
     assert top.confidence < 0.8
     assert "none" not in top.title and "unknown rank" in top.title
+
+
+def test_a_stack_interrupted_outside_collectives_says_where_the_job_stood(
+    tmp_path: Path,
+) -> None:
+    """Ctrl-C on a job stuck in its DataLoader: a weak hang that names the wait, not nothing."""
+    text = (
+        "^CTraceback (most recent call last):\n"
+        '  File "/home/u/train.py", line 120, in <module>\n'
+        "    main()\n"
+        '  File "/home/u/train.py", line 88, in main\n'
+        "    for batch in loader:\n"
+        '  File "/opt/venv/lib/python3.10/site-packages/torch/utils/data/dataloader.py", line'
+        " 630, in __next__\n"
+        "    data = self._next_data()\n"
+        '  File "/usr/lib/python3.10/multiprocessing/connection.py", line 424, in _poll\n'
+        "    r = wait([self], timeout)\n"
+        "KeyboardInterrupt\n"
+    )
+    report = analyze_files(tmp_path, {"rank0.log": text})
+    top = report.hypotheses[0]
+    assert top.cause_id == "hang.unknown"
+    assert "data_loading at /home/u/train.py:88" in top.summary

@@ -117,7 +117,12 @@ def _mask_assignments(text: str) -> str:
     while m := _ASSIGNMENT.search(text, pos):
         inner = next(g for g in ("value", "dq", "sq") if m[g] is not None)
         prose = m["sep"].strip() == "" and not m["key"].startswith("-")  # `auth failed`
-        if not is_secret_name(m["key"]) or prose or m[inner].rstrip("\\") in (MASK, ""):
+        if (
+            not is_secret_name(m["key"])
+            or prose
+            or m[inner].rstrip("\\") in (MASK, "")
+            or _named_key(m["key"], m[inner])
+        ):
             out.append(text[pos : m.end("key")])
             pos = m.end("key")
             continue
@@ -127,6 +132,20 @@ def _mask_assignments(text: str) -> str:
         pos = m.end()
     return "".join(out) + text[pos:]
 
+
+def _named_key(name: str, value: str) -> bool:
+    """A `key` (or `..._key`) whose value is words or a small number, not a credential:
+    torch's `key: store_based_barrier_key:1`, a store or dict key in a log line."""
+    bare = name.strip("\\\"'-").lower()
+    if not bare.endswith("key"):
+        return False
+    return (bare == "key" and _WORDS.fullmatch(value) is not None) or (
+        value.isdigit() and len(value) <= 6
+    )
+
+
+#: Lower-case words and numbers joined by `_`, `.`, `:` or `/`, at least one word of three.
+_WORDS = re.compile(r"(?=.*[a-z]{3})[a-z0-9]+(?:[_.:/][a-z0-9]+)*")
 
 #: triage's own field names that read like secrets: a failure signature's name, the LLM
 #: pass's token counts.

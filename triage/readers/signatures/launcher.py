@@ -55,9 +55,10 @@ signature(
 
 signature(
     "elastic.signal_received",
-    r"Received (?:Signals\.)?(?P<signal>SIG[A-Z]+) death signal, shutting down workers",
+    r"Received (?:Signals\.)?(?P<signal>SIG[A-Z]+|\d+) death signal, shutting down workers",
     anchors="death signal",
     summary="the launcher itself was signalled and shut its workers down (scheduler kill, preemption, timeout)",
+    extract=lambda found: {"signal": _SIGNALS.get(found["signal"], found["signal"])},
 )
 
 signature(

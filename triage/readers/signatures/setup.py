@@ -242,6 +242,43 @@ signature(
     extract=_barrier,
 )
 
+
+def _announced(found: re.Match[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if rank := found["rank"] or found["store_rank"]:
+        out["rank"] = int(rank)
+    if found["world_size"]:
+        out["world_size"] = int(found["world_size"])
+    if found["backend"]:
+        out["backend"] = found["backend"]
+    return out
+
+
+# A process group being set up, in the words of the frameworks that announce it, and its
+# completion: a log whose last word is the announcement stalled there (the other ranks
+# never joined).
+signature(
+    "setup.init_announced",
+    r"Initializing distributed: GLOBAL_RANK: (?P<rank>\d+), MEMBER: \d+/(?P<world_size>\d+)|"
+    r"Initializing TorchBackend in DeepSpeed with backend (?P<backend>\w+)|"
+    r"Added key: store_based_barrier_key:\d+ to store for rank: (?P<store_rank>\d+)",
+    anchors=(
+        "Initializing distributed: GLOBAL_RANK",
+        "Initializing TorchBackend in DeepSpeed",
+        "Added key: store_based_barrier_key",
+    ),
+    summary="a framework announces that it sets the process group up (Lightning, DeepSpeed, torch)",
+    extract=lambda found: _announced(found),
+)
+
+signature(
+    "setup.init_completed",
+    r"All distributed processes registered\. Starting with \d+ processes|"
+    r"Completed store-based barrier for key",
+    anchors=("All distributed processes registered", "Completed store-based barrier"),
+    summary="every rank joined the process group (Lightning's and torch's own words)",
+)
+
 signature(
     "setup.nccl_rank_count",
     r"Bootstrap Root : mismatch in rank count from procs (?P<nranks>\d+) : (?P<other>\d+)"

@@ -5,7 +5,7 @@ whether an NCCL log simply stops during communicator setup."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -27,9 +27,14 @@ P = TypeVar("P", LogSignal, TracebackRecord)
 Traceback = tuple[Evidence, TracebackRecord]
 
 #: Lines that describe the setup or the progress, not a failure: NCCL_DEBUG=INFO's, the
-#: ranks and rows of nccl-tests, per-op COLL traces, a rank's own prints around collectives.
+#: ranks and rows of nccl-tests, per-op COLL traces, a rank's own prints around collectives,
+#: process-group setup announcements, nvidia-smi's rows.
 FACTS = frozenset(
     {
+        "setup.init_announced",
+        "setup.init_completed",
+        "smi.gpu_row",
+        "smi.process_row",
         "nccl.tests_rank",
         "nccl.tests_result",
         "hang.nccl_coll",
@@ -491,6 +496,30 @@ _AFTER_SETUP = 20
 def stopped_after_setup(evidence: EvidenceSet) -> list[Signal]:
     """The last line of each log that stops right after a completed NCCL communicator
     setup with nothing else to say (no error, no timeout, no collective after it)."""
+    return _stopped(
+        evidence,
+        lambda found: (
+            all(sig.signature in _SETUP for _, sig in found)
+            and any(sig.fields.get("stage") == "COMPLETE" for _, sig in found)
+        ),
+    )
+
+
+def stopped_at_init(evidence: EvidenceSet) -> list[Signal]:
+    """The last line of each log that stops right after a framework announced that it sets
+    the process group up, with no word that every rank joined."""
+    return _stopped(
+        evidence,
+        lambda found: (
+            max(found, key=lambda item: item[1].line)[1].signature == "setup.init_announced"
+            and not any(sig.signature == "setup.init_completed" for _, sig in found)
+        ),
+    )
+
+
+def _stopped(evidence: EvidenceSet, stalled: Callable[[list[Signal]], bool]) -> list[Signal]:
+    """The last signal of each log whose signals `stalled` accepts, when the log ends a few
+    lines after it."""
     by_path: dict[str, list[Signal]] = {}
     for item in signals(evidence):
         by_path.setdefault(item[1].path, []).append(item)
@@ -499,11 +528,6 @@ def stopped_after_setup(evidence: EvidenceSet) -> list[Signal]:
     for path, found in by_path.items():
         last = max(found, key=lambda item: item[1].line)
         total = lines.get(path)
-        if (
-            total is not None
-            and total - last[1].line <= _AFTER_SETUP
-            and all(sig.signature in _SETUP for _, sig in found)
-            and any(sig.fields.get("stage") == "COMPLETE" for _, sig in found)
-        ):
+        if total is not None and total - last[1].line <= _AFTER_SETUP and stalled(found):
             stopped.append(last)
     return stopped

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from triage.models import Finding
+from triage.grouping import latest_stacks
+from triage.models import Evidence, Finding
+from triage.observations import RankActivity
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._comm_view import stopped_after_setup
+from triage.rules.logs._comm_view import stopped_after_setup, stopped_at_init
 from triage.rules.logs._signals import Signal, ranks_of, signals, stacks_in_collectives
 from triage.text import rank_label
 
@@ -66,12 +68,15 @@ def hang_markers(evidence: EvidenceSet) -> Iterator[Finding]:
 
 
 def _weak_markers(evidence: EvidenceSet) -> Iterator[Finding]:
-    """Text that shows processes inside collectives but no timeout: where they stopped."""
+    """Text that shows processes stopped (inside collectives, in process-group setup, or
+    dumped where they waited) but no timeout: where they stopped."""
     entered = _entered(evidence)
     stacks = stacks_in_collectives(evidence)
     native = signals(evidence, "hang.native_wait")
     setup = stopped_after_setup(evidence)
-    if not entered and not stacks and not native and not setup:
+    init = stopped_at_init(evidence)
+    elsewhere = [] if stacks else _dumped_elsewhere(evidence)
+    if not (entered or stacks or native or setup or init or elsewhere):
         return
     where = (
         [f"{_writer(s.rank)} printed `{s.text[:100]}` and nothing after it" for _, s in entered][:2]
@@ -81,19 +86,62 @@ def _weak_markers(evidence: EvidenceSet) -> Iterator[Finding]:
             f"a log stops right after NCCL set its communicators up (`{s.text[:90]}`)"
             for _, s in setup
         ][:1]
+        + [
+            f"a log stops right after the process group's setup began (`{s.text[:90]}`),"
+            " with no word that every rank joined"
+            for _, s in init
+        ][:1]
+        + [f"a stack dumped while it waited stands in {text}" for _, text in elsewhere][:2]
     )
     yield Finding(
-        title="processes stopped inside collectives, cause not visible",
+        title="the job stopped without an error, cause not visible",
         summary=f"No timeout or error line, but {'; '.join(where)}: the job looks hung there,"
         " and no line says which rank was elsewhere or why.",
         ranks=[],
         confidence=0.15,
-        evidence=([e.id for e, _ in entered + native + setup] + [e.id for e, _ in stacks])[:8],
+        evidence=(
+            [e.id for e, _ in entered + native + setup + init]
+            + [e.id for e, _ in stacks + elsewhere]
+        )[:8],
         fix="Gather what tells the ranks apart while the job hangs: py-spy stacks of every"
         " rank (`triage hang --pids ...`), Flight Recorder dumps, or a rerun with"
-        " TORCH_DISTRIBUTED_DEBUG=DETAIL and NCCL_DEBUG=INFO.",
+        " TORCH_DISTRIBUTED_DEBUG=DETAIL and NCCL_DEBUG=INFO"
+        + (
+            "; a job that stops in process-group setup waits for ranks that never joined:"
+            " check that every node started and reaches MASTER_ADDR:MASTER_PORT."
+            if init
+            else "."
+        ),
         confirm="stacks or dumps of every rank show where each one is",
     )
+
+
+def _dumped_elsewhere(evidence: EvidenceSet) -> list[tuple[Evidence, str]]:
+    """Stacks a log holds of processes stopped where they waited (a faulthandler or py-spy
+    dump, a Ctrl-C's traceback) outside any collective: where the job stood."""
+    return [
+        (item, f"{state.describe()} at {state.user_frame.file}:{state.user_frame.line}")
+        for item, state in latest_stacks(evidence)
+        if not item.source.startswith("pid:")
+        and state.user_frame is not None
+        and state.activity in _WAITING_ELSEWHERE
+    ]
+
+
+#: What a dumped process may be doing when the job it belongs to hangs outside collectives
+#: (or in process-group setup).
+_WAITING_ELSEWHERE = frozenset(
+    {
+        RankActivity.data_loading,
+        RankActivity.io,
+        RankActivity.idle,
+        RankActivity.lock,
+        RankActivity.compute,
+        RankActivity.group_setup,
+        RankActivity.debugger,
+        RankActivity.gil_held,
+    }
+)
 
 
 def _entered(evidence: EvidenceSet) -> list[Signal]:

@@ -1,0 +1,47 @@
+"""nvidia-smi's table pasted into a report: several processes of one job holding memory on
+one GPU is oom.same_device; every process's empty context on every GPU is not.
+
+Both tables are verbatim from public reports: yyliu01/PS-MT#20 (the ranks of GPUs 6-8 also
+hold 1.4 GB each on GPU 5) and pytorch/pytorch#64130 (each rank lists on every GPU, with
+0 MiB on all but its own).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.conftest import REPO, analyze_files
+
+PS_MT = (REPO / "tests/rules/logs.smi_shared_gpu/ps_mt_first_gpu/nvidia-smi.txt").read_text()
+EMPTY_CONTEXTS = """\
+|    0   N/A  N/A    331903      C   ...py3.6-torch1.8/bin/python     1733MiB |
+|    0   N/A  N/A    331904      C   ...py3.6-torch1.8/bin/python        0MiB |
+|    0   N/A  N/A    331905      C   ...py3.6-torch1.8/bin/python        0MiB |
+|    0   N/A  N/A    331906      C   ...py3.6-torch1.8/bin/python        0MiB |
+|    0   N/A  N/A    331907      C   ...py3.6-torch1.8/bin/python        0MiB |
+|    0   N/A  N/A    331908      C   ...py3.6-torch1.8/bin/python        0MiB |
+|    0   N/A  N/A    331909      C   ...py3.6-torch1.8/bin/python        0MiB |
+|    0   N/A  N/A    331910      C   ...py3.6-torch1.8/bin/python        0MiB |
+|    1   N/A  N/A    331903      C   ...py3.6-torch1.8/bin/python        0MiB |
+|    1   N/A  N/A    331904      C   ...py3.6-torch1.8/bin/python     1717MiB |
+|    1   N/A  N/A    331905      C   ...py3.6-torch1.8/bin/python        0MiB |
+"""
+OOM = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB.\n"
+
+
+def test_ranks_holding_memory_on_the_first_gpu_share_a_device(tmp_path: Path) -> None:
+    report = analyze_files(tmp_path, {"nvidia-smi.txt": PS_MT})
+    top = report.hypotheses[0]
+    assert (top.cause_id, top.confidence) == ("oom.same_device", 0.45)
+    assert "26599, 26600, 26601 also hold memory on GPU 5" in top.summary
+
+
+def test_with_an_oom_the_shared_gpu_is_the_likely_cause(tmp_path: Path) -> None:
+    report = analyze_files(tmp_path, {"job.log": OOM + PS_MT})
+    top = report.hypotheses[0]
+    assert (top.cause_id, top.confidence) == ("oom.same_device", 0.7)
+
+
+def test_empty_contexts_on_every_gpu_are_no_shared_device(tmp_path: Path) -> None:
+    report = analyze_files(tmp_path, {"nvidia-smi.txt": EMPTY_CONTEXTS})
+    assert "oom.same_device" not in [h.cause_id for h in report.hypotheses]

@@ -1,0 +1,67 @@
+"""hang.unknown from logs, as a last resort: the job was stopped from outside (its time
+limit, a Ctrl-C, a scheduler's signal) with no error of its own."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from triage.models import Finding
+from triage.registry import EvidenceSet, rule
+from triage.rules.logs._signals import ids, signals
+
+
+@rule("logs.stopped_from_outside", "hang.unknown", last_resort=True)
+def stopped_from_outside(evidence: EvidenceSet) -> Iterator[Finding]:
+    """The job was stopped from outside, and nothing else is in the text.
+
+    What it detects:
+    Slurm's `CANCELLED AT ... DUE TO TIME LIMIT`; torchrun's `Received SIGINT death signal,
+    shutting down workers` (a Ctrl-C, SIGTERM or SIGHUP: a person or a scheduler stopped
+    the launcher), when no other rule finds anything.
+
+    Why it happens:
+    A job that makes no progress is stopped by hand or runs into its time limit: either it
+    hung (every rank waiting, no error) or it needed more time than it asked for; the
+    text alone does not tell which.
+
+    Evidence:
+    The scheduler's cancellation line, the launcher's signal line.
+
+    Fix:
+    Compare the job's last progress line with the time it was stopped: a long silence
+    before it is a hang (rerun with a collective timeout under the time limit, and take
+    `triage hang` stacks while it stalls); steady progress up to it means too little time.
+
+    Known false positives:
+    A job that was simply too long for its limit, or stopped for another reason.
+
+    References:
+    https://slurm.schedmd.com/sbatch.html#OPT_time
+    """
+    limit = signals(evidence, "scheduler.time_limit")
+    stopped = [
+        item
+        for item in signals(evidence, "elastic.signal_received")
+        if item[1].fields.get("signal") in ("SIGINT", "SIGTERM", "SIGHUP")
+    ]
+    found = limit or stopped
+    if not found:
+        return
+    how = (
+        "the scheduler cancelled the job at its time limit"
+        if limit
+        else f"the launcher was stopped by {found[0][1].fields['signal']}"
+    )
+    yield Finding(
+        title=f"{how}: it hung, or ran too long",
+        summary=f"`{found[0][1].text[:160]}`: {how} with no error in the text before it, which"
+        " a hang and a job that needs more time both explain.",
+        ranks=[],
+        confidence=0.1,
+        evidence=ids(found[:2]),
+        fix="Compare the last progress line's time with the stop: a long silence"
+        " before it is a hang (set the process-group timeout under the time limit so a"
+        " stalled collective fails with its own error, and take `triage hang` stacks while"
+        " it stalls); steady progress up to it means the job needs more time (Slurm's --time).",
+        confirm="the last progress line is long before the stop",
+    )
