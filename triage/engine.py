@@ -27,7 +27,7 @@ from triage.playbooks import (
     select_playbook,
     symptom_playbooks,
 )
-from triage.plugins import load_all, rule_families
+from triage.plugins import load_all, load_rules, rule_families
 from triage.registry import (
     REGISTRY,
     RULES,
@@ -88,7 +88,7 @@ def diagnose(
     job's targets, to a ranked report. Loads the tools, the rules the playbook's causes
     reach and the user's plugins (a broken plugin raises ImportError or ValueError)."""
     playbook, by_symptom = select_playbook(symptom, plugin_dirs)
-    load_all(plugin_dirs, rule_families(playbook.causes))
+    load_all(plugin_dirs, rules=False)  # `decide` imports the rules the evidence needs
     return follow(playbook, targets, by_symptom=by_symptom)
 
 
@@ -165,7 +165,10 @@ def gather(playbook: Playbook, targets: dict[str, Any], registry: Registry = REG
 
 
 def decide(playbook: Playbook, report: Report) -> Report:
-    """Apply the playbook's rules to the gathered evidence and rank what they found."""
+    """Apply the playbook's rules to the gathered evidence and rank what they found (the
+    rules of its causes' families that read the kinds of evidence gathered are imported
+    first)."""
+    load_rules(rule_families(playbook.causes), {e.kind for e in report.evidence})
     evidence = EvidenceSet(report.evidence)
     findings: list[Finding] = []
     try:

@@ -105,19 +105,29 @@ def rule_families(causes: Iterable[str]) -> set[str] | None:
 _RULE_CAUSE = re.compile(r"""@rule\(\s*["'][\w.]+["']\s*,\s*["']([\w.]+)["']""")
 
 
-def load_rules(families: set[str] | None = None) -> None:
+def load_rules(families: set[str] | None = None, kinds: set[str] | None = None) -> None:
     """Register the bundled rules of some cause families (all when None, idempotent).
 
     Rules live in `rules/<source>/<name>.py` (rule ID `<source>.<name>`); the cause each
     registers is read from its `@rule(...)` line, so a playbook imports only the rules of
-    the families its causes name.
+    the families its causes name. With the evidence `kinds` of a report, a source whose
+    package declares the kinds it reads (`READS`) is imported only when one is there.
     """
     directory = _PACKAGE_DIR / "rules"
     for source in sorted(p for p in directory.iterdir() if (p / "__init__.py").exists()):
+        if kinds is not None and not _reads_any(source.name, kinds):
+            continue
         for path in _modules(source):
             causes = _RULE_CAUSE.findall(path.read_text(encoding="utf-8"))
             if families is None or any(c.split(".", 1)[0] in families for c in causes):
                 importlib.import_module(f"triage.rules.{source.name}.{path.stem}")
+
+
+def _reads_any(source: str, kinds: set[str]) -> bool:
+    reads: frozenset[str] | None = getattr(
+        importlib.import_module(f"triage.rules.{source}"), "READS", None
+    )
+    return reads is None or bool(reads & kinds)
 
 
 def load_plugins(dirs: list[Path]) -> list[str]:
@@ -136,8 +146,15 @@ def load_plugins(dirs: list[Path]) -> list[str]:
     return loaded
 
 
-def load_all(extra_plugin_dirs: list[Path] | None = None, families: set[str] | None = None) -> None:
-    """Tools, the rules of `families` (all when None) and the user's plugins."""
+def load_all(
+    extra_plugin_dirs: list[Path] | None = None,
+    families: set[str] | None = None,
+    *,
+    rules: bool = True,
+) -> None:
+    """Tools, the rules of `families` (all when None; none when not `rules`: the engine then
+    imports them for the evidence it found) and the user's plugins."""
     load_tools()
-    load_rules(families)
+    if rules:
+        load_rules(families)
     load_plugins(plugin_dirs(extra_plugin_dirs))
