@@ -535,6 +535,21 @@ def test_dns_and_ports_of_user_code_are_not_the_rendezvous(tmp_path: Path) -> No
     assert "comm.rendezvous" not in causes(report)
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        "socket.gaierror: [Errno -2] Name or service not known",
+        "OSError: [Errno 113] No route to host",
+    ],
+)
+def test_a_name_or_route_with_no_context_is_a_weak_rendezvous(tmp_path: Path, line: str) -> None:
+    """Nothing ties the lookup to torch.distributed or to a download: MASTER_ADDR is the
+    usual name a distributed job resolves, said at 0.3."""
+    report = analyze_files(tmp_path, {"rank1.log": line + "\n"})
+    top = report.verdict
+    assert top is not None and (top.cause_id, top.confidence) == ("comm.rendezvous", 0.3)
+
+
 def test_nodes_that_never_join(tmp_path: Path) -> None:
     log = (
         "torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. "

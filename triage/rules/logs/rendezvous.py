@@ -63,7 +63,9 @@ def rendezvous(evidence: EvidenceSet) -> Iterator[Finding]:
     Known false positives:
     When the rank hosting the store dies, clients see refused connections; with another
     rank's own failure visible those score low and comm.peer_failure leads. torch's warning
-    `failed to connect to [localhost]:PORT (errno: 99 ...)` is IPv6 noise and is ignored.
+    `failed to connect to [localhost]:PORT (errno: 99 ...)` is IPv6 noise and is ignored. A
+    name that does not resolve, or a host that cannot be routed to, with no line tying it
+    to torch.distributed may be the job's own networking (a download): those score 0.3.
 
     References:
     torchrun docs (rendezvous, --rdzv-endpoint, --standalone); torch.distributed TCPStore.
@@ -117,6 +119,10 @@ def _findings(view: CommView) -> list[Found]:
         if s.fields.get("family") != "IPv6"
         and (_STORE_LINE.search(s.text) or _raised_by_distributed(view, s.text))
     ]
+    if every_name and not names and not unreached and not _web(every_name):
+        # no line ties the lookup to the rendezvous: MASTER_ADDR is the usual name, a
+        # download or a logger's own host the other
+        found.append((0.3, "a hostname does not resolve", every_name, _REACH_FIX))
     if names or (every_name and unreached):
         host = next((s.fields["host"] for _, s in every_name if s.fields.get("host")), None)
         what = (
@@ -156,7 +162,8 @@ def _findings(view: CommView) -> list[Found]:
         for e, s in view.of("c10d.connection_refused", "c10d.unreachable")
         if s.host is None and _STORE_LINE.search(s.text)
     ]
-    if refused and not unreached and not view.has("nccl.connect_failed", "gloo.connect_failed"):
+    peers = view.has("nccl.connect_failed", "gloo.connect_failed")
+    if refused and not unreached and not peers:
         found.append(
             (
                 0.4 if view.origins else 0.6,
@@ -165,7 +172,19 @@ def _findings(view: CommView) -> list[Found]:
                 _REACH_FIX,
             )
         )
+    unrouted = view.of("c10d.unreachable")
+    if unrouted and not refused and not unreached and not peers and not _web(unrouted):
+        found.append((0.3, "a host is unreachable from this one", unrouted, _REACH_FIX))
     return found
+
+
+def _web(items: list[Signal]) -> bool:
+    """Whether any of these lines is the job's own web traffic (a model or dataset
+    download), not the rendezvous."""
+    return any(_WEB.search(s.text) for _, s in items)
+
+
+_WEB = re.compile(r"https?://|HTTPS?ConnectionPool|urllib3|requests\.exceptions|port=(?:443|80)\b")
 
 
 def _raised_by_distributed(view: CommView, line: str) -> bool:
