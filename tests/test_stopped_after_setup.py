@@ -36,3 +36,26 @@ def test_a_collective_after_setup_is_progress(tmp_path: Path) -> None:
 def test_a_run_that_goes_on_after_setup_is_no_stall(tmp_path: Path) -> None:
     steps = "\n".join(f"step {n} loss {2.5 - n / 100:.3f}" for n in range(30))
     assert weak_hang(tmp_path, SETUP + "\n" + steps) == []
+
+
+#: NCCL's proxy chatter after `Init COMPLETE`, in the shape NCCL 2.2x prints it (as in
+#: NVIDIA/nccl#1936's log): no collective, nothing of the program.
+CHATTER = "\n".join(
+    f"HP-Z8-Fury-G5-Workstation-Desktop-PC:23458:2377{n % 10} [0] NCCL INFO"
+    f" proxyProgressAsync opId=0x7fc26facee{n:02x} op.type=1 op.reqBuff=0x7fc24000c190"
+    " op.respSize=16 done"
+    for n in range(30)
+)
+
+
+def test_a_log_that_ends_in_nccl_chatter_after_setup_is_a_weak_hang(tmp_path: Path) -> None:
+    (summary,) = weak_hang(tmp_path, SETUP + "\n" + CHATTER)
+    assert "stops right after NCCL set its communicators up" in summary
+
+
+def test_a_log_that_ends_in_nccl_teardown_is_no_stall(tmp_path: Path) -> None:
+    teardown = (
+        "HP-Z8-Fury-G5-Workstation-Desktop-PC:23458:23771 [0] NCCL INFO [Service thread]"
+        " Connection closed by localRank 1"
+    )
+    assert weak_hang(tmp_path, SETUP + "\n" + CHATTER + "\n" + teardown) == []

@@ -489,7 +489,7 @@ _SETUP = frozenset(
     }
 )
 #: Lines after the last setup line that still count as "right after" it (a progress bar,
-#: a framework's banner).
+#: a framework's banner); any number when the log ends in NCCL's own INFO lines.
 _AFTER_SETUP = 20
 
 
@@ -523,11 +523,20 @@ def _stopped(evidence: EvidenceSet, stalled: Callable[[list[Signal]], bool]) -> 
     by_path: dict[str, list[Signal]] = {}
     for item in signals(evidence):
         by_path.setdefault(item[1].path, []).append(item)
-    lines = {log.path: log.lines for _, log in evidence.payloads(LogFile)}
+    logs = {log.path: log for _, log in evidence.payloads(LogFile)}
     stopped = []
     for path, found in by_path.items():
         last = max(found, key=lambda item: item[1].line)
-        total = lines.get(path)
-        if total is not None and total - last[1].line <= _AFTER_SETUP and stalled(found):
+        log = logs.get(path)
+        if log is None or not stalled(found):
+            continue
+        if log.lines - last[1].line <= _AFTER_SETUP or _nccl_chatter(log.last_line):
             stopped.append(last)
     return stopped
+
+
+def _nccl_chatter(line: str) -> bool:
+    """NCCL's own INFO lines (proxy connections, tuner, timings) still going at the log's
+    end: nothing of the program came after the setup; a service thread's closed connection
+    is a teardown, not a stall."""
+    return "NCCL INFO" in line and "Connection closed" not in line
