@@ -13,17 +13,18 @@ calibration table (confidence bucket, cases, share right); each case's line only
 splits rules may be written from. Exits non-zero only when triage crashes on a case.
 
     python bench/eval_cases.py [--split dev|check|shared|all] [--cases PATH] [--json]
-                               [--verbose] [--jobs N]
+                               [--verbose] [--jobs N] [--dress kubectl|srun-label|...]
 """
 
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -71,6 +72,21 @@ def load_cases(path: Path, split: str | None = None) -> list[dict[str, Any]]:
         case.setdefault("split", split or "dev")
         case["category"] = family(case.get("cause"))  # `comm_error` and `comm` alike
     return [c for c in cases if c.get("evidence") and c.get("cause")]
+
+
+def _each_line(prefix: str) -> Callable[[str], str]:
+    return lambda text: "\n".join(prefix + line for line in text.splitlines())
+
+
+#: How log collectors and reports dress a log's lines (`--dress`).
+DRESSES: dict[str, Callable[[str], str]] = {
+    "kubectl": _each_line("2024-05-01T10:00:00.123456789Z "),
+    "srun-label": _each_line("  3: "),
+    "quoted": _each_line("> "),
+    "indented": _each_line("    "),
+    "html": lambda text: html.escape(text, quote=True),
+    "crlf": lambda text: text.replace("\n", "\r\n"),
+}
 
 
 def family(cause: str | None) -> str:
@@ -180,11 +196,19 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="Machine-readable results.")
     parser.add_argument("--verbose", action="store_true", help="Show the report of each miss.")
     parser.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1))
+    parser.add_argument(
+        "--dress",
+        choices=sorted(DRESSES),
+        help="Paste every case the way a tool or a report dresses it (a timestamp per line,"
+        " quote marks, HTML escapes, ...): the verdicts must not change.",
+    )
     args = parser.parse_args()
     if args.cases is not None and not args.cases.exists():
         print(f"eval_cases: no such cases file or folder: {args.cases}", file=sys.stderr)
         return 2
     cases = gather(args.split, args.cases)
+    if args.dress:
+        cases = [case | {"evidence": DRESSES[args.dress](case["evidence"])} for case in cases]
     if not cases:
         print(f"eval_cases: skipped, no cases for split {args.split}")
         return 0

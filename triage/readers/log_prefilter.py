@@ -19,7 +19,9 @@ never an exception. `triage.readers.logscan` reads what this gives into signals.
 
 from __future__ import annotations
 
+import html
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,7 +100,11 @@ def compile_table() -> Table:
     global _compiled
     version = len(signatures.load()) + len(signatures.BLOCK_ANCHORS)
     if _compiled is None or _compiled[0] != version:
-        table = signatures.anchors()
+        table = {
+            worn: after
+            for anchor, after in signatures.anchors().items()
+            for worn in _worn([anchor])
+        }
         frequent = tuple(
             Frequent(
                 sig,
@@ -111,13 +117,19 @@ def compile_table() -> Table:
         starts = [f"[^\\n]*{f.signature.series.line}" for f in frequent if f.signature.series]
         literals = [re.escape(a) for a in sorted(table, key=len, reverse=True)]
         pattern = re2.compile(_latin("|".join(starts + literals)), _options())
-        owned = frozenset(a.encode() for s in signatures.load().values() for a in s.anchors)
-        anchors = owned - {a.encode() for a in signatures.BLOCK_ANCHORS}
+        owned = frozenset(a.encode() for s in signatures.load().values() for a in _worn(s.anchors))
+        anchors = owned - {a.encode() for a in _worn(signatures.BLOCK_ANCHORS)}
         after_of = {a.encode(): after for a, after in table.items()}
         asking = sorted((a for a, after in table.items() if after), key=len, reverse=True)
         context = re2.compile(_latin("|".join(re.escape(a) for a in asking)), _options())
         _compiled = (version, Table(pattern, after_of, anchors, frequent, context))
     return _compiled[1]
+
+
+def _worn(anchors: Iterable[str]) -> list[str]:
+    """Each anchor as written and HTML-escaped (`File &quot;`): a log copied out of a web
+    page keeps its escapes, and `log_dress` takes them off once the line is found."""
+    return list(dict.fromkeys(worn for a in anchors for worn in (a, html.escape(a))))
 
 
 def decode(raw: bytes, pattern: Any) -> str:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from triage.observations import LogSignal, RankState, TracebackRecord
-from triage.readers import signatures
+from triage.readers import log_dress, signatures
 from triage.readers.log_blocks import BlockParser, Origin, placeholder_pid
 from triage.readers.log_chunks import scan_stretches
 from triage.readers.log_prefilter import MAX_LINE, RangeScan, last_line
@@ -291,6 +291,7 @@ class _Reader:
         self.result = ScanResult(path=self.path, size=named.stat().st_size)
         self.result.last_line = last_line(path)
         self.origin = file_origin(self.path)
+        self.dress = log_dress.detect(path)
         self.parser = BlockParser(self.path)
         self.bounded = _Bounded()
         self.book = SeriesBook()
@@ -303,14 +304,15 @@ class _Reader:
         if scan.error or self.error:
             self.error = self.error or OSError(0, scan.error)
             return
-        for number, raw, anchored in scan.hits:
+        for number, worn, anchored in scan.hits:
+            raw = self.dress.strip(worn) if self.dress else worn
             text, origin = split_prefix(raw, self.origin)
             found = self._match(self.base + number, text, origin, raw)
             self.result.noise += anchored and not found
             self._feed(self.base + number, text, origin)
         for number, raw in scan.overflow:
             if self.base + number > self.fed:
-                self._feed(self.base + number, *split_prefix(raw, self.origin))
+                self._feed(self.base + number, *self._split(raw))
         for key, part in scan.series.items():
             self.book.add_count(key, part.count)
             for number, raw in dict(part.first + part.last).items():
@@ -351,11 +353,15 @@ class _Reader:
         does not parse (cut short) is left out, and a series with no line left with it."""
         sig = signatures.SIGNATURES[tally.signature]
         for number, raw in tally.kept():
-            text, origin = split_prefix(raw, self.origin)
+            text, origin = self._split(raw)
             fields = sig.match(text)
             if fields is not None:
                 tally.signals.append(_signal((sig, fields, text, number, origin), self.path))
         return bool(tally.signals)
+
+    def _split(self, worn: str) -> tuple[str, Origin]:
+        """A line without the file's dress and the writer's prefixes, and its writer."""
+        return split_prefix(self.dress.strip(worn) if self.dress else worn, self.origin)
 
     def _feed(self, number: int, text: str, origin: Origin) -> None:
         """A line for the block parsers, once, in order; a gap closes the open blocks."""

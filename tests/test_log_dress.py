@@ -1,0 +1,87 @@
+"""A log reads the same whatever its collector or its paste put around each line: a
+timestamp on every line (`kubectl logs --timestamps`), `srun --label`'s task number, a
+report's quote marks or code-block indentation, HTML escapes from a web page's source.
+
+The texts are dev cases of the corpus (public reports), dressed here the way those tools
+dress them; the verdict must not change.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, analyze_files
+from triage.readers.log_dress import NAKED, Dress, detect
+
+CASES = [
+    "comm/nccl-2-7-docker-default-64mb-dev-shm-posix-fallocate-no-space",
+    "config/examples-imagenet-allreduce-cpu-tensor-nccl",
+    "hang/lightning-modelcheckpoint-rank-zero-only-log-divergent-best-model-hang",
+    "oom/transformer-lm-resume-optimizer-torch-load-all-ranks-onto-gpu0",
+]
+
+
+def each_line(prefix: str) -> Callable[[str], str]:
+    return lambda text: "\n".join(prefix + line for line in text.splitlines())
+
+
+DRESSES: dict[str, Callable[[str], str]] = {
+    "kubectl --timestamps": each_line("2024-05-01T10:00:00.123456789Z "),
+    "docker -t": each_line("2024-05-01T10:00:00.123Z "),
+    "srun --label": each_line("  3: "),
+    "quoted": each_line("> "),
+    "code block": each_line("    "),
+    "html": lambda text: html.escape(text, quote=True),
+}
+
+
+def case(name: str) -> tuple[str, str]:
+    found = json.loads((REPO / "tests/cases" / f"{name}.json").read_text())
+    assert found["split"] == "dev"
+    return found["evidence"], found["cause"]
+
+
+def top(folder: Path, text: str) -> str | None:
+    folder.mkdir()
+    report = analyze_files(folder, {"job.log": text + "\n"})
+    return report.hypotheses[0].cause_id if report.hypotheses else None
+
+
+@pytest.mark.parametrize("dress", sorted(DRESSES))
+@pytest.mark.parametrize("name", CASES)
+def test_a_dressed_log_reads_as_the_naked_one(tmp_path: Path, name: str, dress: str) -> None:
+    evidence, cause = case(name)
+    assert top(tmp_path / "naked", evidence) == cause
+    assert top(tmp_path / "dressed", DRESSES[dress](evidence)) == cause
+
+
+def test_what_only_some_lines_wear_is_no_dress(tmp_path: Path) -> None:
+    """A framework that stamps its own lines (DeepSpeed) keeps its timestamps; a traceback
+    indented under a message keeps its indentation."""
+    log = tmp_path / "mixed.log"
+    log.write_text(
+        "[2023-05-01 10:00:00,000] [INFO] [comm.py:637:init_distributed] Initializing"
+        " TorchBackend in DeepSpeed with backend nccl\n"
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 3, in <module>\n'
+        "    main()\n"
+        "RuntimeError: boom\n"
+    )
+    assert detect(log) == NAKED
+
+
+def test_escapes_beside_bare_quotes_are_the_text_itself(tmp_path: Path) -> None:
+    log = tmp_path / "page.log"
+    log.write_text('  File "a.py", line 1, in f\nprint("&quot; is how HTML writes a quote")\n')
+    assert not detect(log).escaped
+
+
+def test_dress_comes_off_outermost_first() -> None:
+    dress = Dress(escaped=True, stamped=True, quoted=True, labelled=True, indent="    ")
+    worn = "2024-05-01T10:00:00Z &gt; 3:     File &quot;train.py&quot;, line 7, in main"
+    assert dress.strip(worn) == 'File "train.py", line 7, in main'

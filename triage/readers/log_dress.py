@@ -1,0 +1,109 @@
+"""What a log collector or a paste puts around every line of a log, found once per file.
+
+Kubernetes (`kubectl logs --timestamps`), Docker (`docker logs -t`) and cloud log exports
+stamp every line with the time; `srun --label` puts the task number first; a report quotes
+its log (`> `) or indents it four spaces as a code block; text copied out of a web page's
+source keeps its HTML escapes (`File &quot;train.py&quot;`). The signatures and the block
+parsers read a line as its program wrote it (a traceback's `  File "..."` frames, an NCCL
+line that starts with `host:pid:tid`), so the scanner takes the dress off first. The dress
+is read from the head of the file, and only what (nearly) every line there wears counts:
+a timestamp that one framework prints on its own lines stays where it is.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+#: How much of a file's head shows its dress.
+HEAD_BYTES = 16 << 10
+#: Lines of the head read, and the share of them that must wear a piece for it to count.
+HEAD_LINES = 200
+WORN_BY = 0.9
+
+_STAMP = re.compile(
+    r"^\[?\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?\]?[ \t]"
+)
+_QUOTE = re.compile(r"^(?:> ?)+")
+_LABEL = re.compile(r"^ *\d{1,5}: ")
+_INDENT = re.compile(r"^[ \t]+")
+#: HTML's escapes of the characters logs are full of, with none of those characters bare.
+_ESCAPES = re.compile(r"&(?:quot|lt|gt|#39|#x27);")
+_RAW = re.compile(r"[\"<>]")
+
+
+@dataclass(frozen=True)
+class Dress:
+    """The pieces every line of one file wears, outermost first."""
+
+    escaped: bool = False
+    stamped: bool = False
+    quoted: bool = False
+    labelled: bool = False
+    indent: str = ""
+
+    def __bool__(self) -> bool:
+        return self.escaped or self.stamped or self.quoted or self.labelled or bool(self.indent)
+
+    def strip(self, line: str) -> str:
+        """The line as its program wrote it. (`srun --label`'s task number is not a rank
+        when srun starts one launcher per node: it is dropped, not read.)"""
+        if self.escaped:
+            line = html.unescape(line)
+        if self.stamped:
+            line = _STAMP.sub("", line, count=1)
+        if self.quoted:
+            line = _QUOTE.sub("", line, count=1)
+        if self.labelled:
+            line = _LABEL.sub("", line, count=1)
+        if self.indent and line.startswith(self.indent):
+            line = line[len(self.indent) :]
+        return line
+
+
+NAKED = Dress()
+
+
+def detect(path: Path) -> Dress:
+    """The dress of the file at `path`, from its head; NAKED when unreadable."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(HEAD_BYTES)
+    except OSError:
+        return NAKED
+    text = head.decode("utf-8", "replace")
+    escaped = _ESCAPES.search(text) is not None and not _RAW.search(text)
+    if escaped:
+        text = html.unescape(text)
+    lines = [line for line in text.splitlines()[:HEAD_LINES] if line.strip()]
+    if len(lines) < 2:
+        return Dress(escaped=escaped)
+    stamped = _worn(lines, _STAMP)
+    if stamped:
+        lines = [_STAMP.sub("", line, count=1) for line in lines]
+    quoted = _worn(lines, _QUOTE)
+    if quoted:
+        lines = [_QUOTE.sub("", line, count=1) for line in lines]
+    labelled = _worn(lines, _LABEL)
+    if labelled:
+        lines = [_LABEL.sub("", line, count=1) for line in lines]
+    indent = _common_indent([line for line in lines if line.strip()])
+    return Dress(escaped, stamped, quoted, labelled, indent)
+
+
+def _worn(lines: list[str], piece: re.Pattern[str]) -> bool:
+    return sum(1 for line in lines if piece.match(line)) >= WORN_BY * len(lines)
+
+
+def _common_indent(lines: list[str]) -> str:
+    """The leading whitespace every line starts with (a code block's four spaces)."""
+    indents = [found.group(0) if (found := _INDENT.match(line)) else "" for line in lines]
+    common = indents[0] if indents else ""
+    for indent in indents[1:]:
+        while not indent.startswith(common):
+            common = common[:-1]
+        if not common:
+            return ""
+    return common
