@@ -8,13 +8,12 @@ dress them; the verdict must not change.
 
 from __future__ import annotations
 
-import html
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from bench.eval_cases import DRESSES
 from tests.conftest import REPO, analyze_files
 from triage.readers.log_dress import NAKED, Dress, detect
 
@@ -24,20 +23,6 @@ CASES = [
     "hang/lightning-modelcheckpoint-rank-zero-only-log-divergent-best-model-hang",
     "oom/transformer-lm-resume-optimizer-torch-load-all-ranks-onto-gpu0",
 ]
-
-
-def each_line(prefix: str) -> Callable[[str], str]:
-    return lambda text: "\n".join(prefix + line for line in text.splitlines())
-
-
-DRESSES: dict[str, Callable[[str], str]] = {
-    "kubectl --timestamps": each_line("2024-05-01T10:00:00.123456789Z "),
-    "docker -t": each_line("2024-05-01T10:00:00.123Z "),
-    "srun --label": each_line("  3: "),
-    "quoted": each_line("> "),
-    "code block": each_line("    "),
-    "html": lambda text: html.escape(text, quote=True),
-}
 
 
 def case(name: str) -> tuple[str, str]:
