@@ -229,20 +229,20 @@ def main() -> int:
         print(json.dumps({"n": len(results), "cases": rows}, indent=2))
     else:
         for split in splits:
-            rows = [r for r in results if r.split == split]
+            chosen = [r for r in results if r.split == split]
             if split in READABLE or args.cases:
-                width = max(len(r.id) for r in rows)
+                width = max(len(r.id) for r in chosen)
                 print(f"{'id':<{width}}  {'expected':<28} {'got':<28} ok  top-2")
-                for r in rows:
+                for r in chosen:
                     top2 = ", ".join(f"{h['cause_id']} {h['confidence']:.2f}" for h in r.top2)
                     mark = "yes" if r.ok else "no "
                     print(
                         f"{r.id:<{width}}  {r.expected:<28} {r.got or '-':<28} {mark} {top2 or '-'}"
                     )
                 print()
-            print(f"split {split}: {len(rows)} cases")
-            print("\n".join(category_table(rows)))
-            print("\n".join(calibration_table(rows)) + "\n")
+            print(f"split {split}: {len(chosen)} cases")
+            print("\n".join(category_table(chosen)))
+            print("\n".join(calibration_table(chosen)) + "\n")
         if len(splits) > 1:
             print("all splits: calibration")
             print("\n".join(calibration_table(results)))
