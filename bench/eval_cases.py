@@ -13,7 +13,7 @@ calibration table (confidence bucket, cases, share right); each case's line only
 splits rules may be written from. Exits non-zero only when triage crashes on a case.
 
     python bench/eval_cases.py [--split dev|check|shared|all] [--cases PATH] [--json]
-                               [--verbose] [--jobs N] [--dress kubectl|srun-label|...]
+                               [--verbose] [--jobs N] [--dress kubectl|cut-80|...]
 """
 
 from __future__ import annotations
@@ -78,6 +78,15 @@ def _each_line(prefix: str) -> Callable[[str], str]:
     return lambda text: "\n".join(prefix + line for line in text.splitlines())
 
 
+def _cut(text: str, width: int) -> str:
+    """Every line cut into pieces of `width` characters, as a terminal's copy cuts it."""
+    return "\n".join(
+        line[start : start + width]
+        for line in text.splitlines()
+        for start in range(0, max(len(line), 1), width)
+    )
+
+
 #: How log collectors and reports dress a log's lines (`--dress`).
 DRESSES: dict[str, Callable[[str], str]] = {
     "kubectl": _each_line("2024-05-01T10:00:00.123456789Z "),
@@ -86,6 +95,8 @@ DRESSES: dict[str, Callable[[str], str]] = {
     "indented": _each_line("    "),
     "html": lambda text: html.escape(text, quote=True),
     "crlf": lambda text: text.replace("\n", "\r\n"),
+    "cut-80": lambda text: _cut(text, 80),
+    "cut-120": lambda text: _cut(text, 120),
 }
 
 

@@ -16,6 +16,7 @@ import pytest
 from bench.eval_cases import DRESSES
 from tests.conftest import REPO, analyze_files
 from triage.readers.log_dress import NAKED, Dress, detect
+from triage.readers.log_wrap import wrap_width
 
 CASES = [
     "comm/nccl-2-7-docker-default-64mb-dev-shm-posix-fallocate-no-space",
@@ -70,3 +71,32 @@ def test_dress_comes_off_outermost_first() -> None:
     dress = Dress(escaped=True, stamped=True, quoted=True, labelled=True, indent="    ")
     worn = "2024-05-01T10:00:00Z &gt; 3:     File &quot;train.py&quot;, line 7, in main"
     assert dress.strip(worn) == 'File "train.py", line 7, in main'
+
+
+def test_lines_cut_at_a_terminals_width_are_read_joined(tmp_path: Path) -> None:
+    evidence, cause = case(CASES[3])
+    cut = DRESSES["cut-80"](evidence)
+    log = tmp_path / "tmux.txt"
+    log.write_text(cut + "\n")
+    assert wrap_width(log, log.stat().st_size) == 80
+    (tmp_path / "report").mkdir()
+    report = analyze_files(tmp_path / "report", {"tmux.txt": cut + "\n"})
+    assert report.hypotheses[0].cause_id == cause
+    assert any("cut at 80 columns" in note for note in report.notes)
+
+
+def test_long_lines_alike_are_not_a_cut(tmp_path: Path) -> None:
+    """Four ranks' watchdog lines of one length, a table's rows: nothing to join."""
+    watchdog = "".join(
+        f"[rank{r}]:[E424 01:11:21.160832730 ProcessGroupNCCL.cpp:629] [Rank {r}] Watchdog"
+        f" caught collective operation timeout: WorkNCCL(SeqNum=4, OpType=BROADCAST,"
+        f" NumelIn=112, NumelOut=112, Timeout(ms)=1800000) ran for 1800010 milliseconds\n"
+        for r in range(4)
+    )
+    table = "".join(
+        f"|    {g}   N/A  N/A     2659{g}      C   python3     2885MiB |\n" for g in range(4)
+    )
+    for name, text in (("watchdog.log", watchdog), ("smi.txt", table)):
+        log = tmp_path / name
+        log.write_text(text)
+        assert wrap_width(log, log.stat().st_size) is None

@@ -53,7 +53,12 @@ def scan_logs(log_files: list[str]) -> ToolOutput:
                 "per rank, are"
             )
             gaps.append(Gap(source=result.path, reason=reason, tool="scan_logs"))
-    notes = [note for result in results if (note := _folded(result))]
+    notes = [note for result in results if (note := _folded(result))] + [
+        f"{Path(r.path).name}: its lines were cut at {r.unwrapped} columns (a terminal's"
+        " copy) and were read joined again"
+        for r in results
+        if r.unwrapped
+    ]
     signals = sum(1 for e in evidence if e.kind == "log_signal")
     tracebacks = sum(1 for e in evidence if e.kind == "traceback")
     text = (

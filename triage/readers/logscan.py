@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from triage.observations import LogSignal, RankState, TracebackRecord
-from triage.readers import log_dress, signatures
+from triage.readers import log_dress, log_wrap, signatures
 from triage.readers.log_blocks import BlockParser, Origin, placeholder_pid
 from triage.readers.log_chunks import scan_stretches
 from triage.readers.log_prefilter import MAX_LINE, RangeScan, last_line
@@ -74,6 +74,8 @@ class ScanResult:
     last_line: str = ""
     #: The rank torchelastic's folder (`attempt_0/3/`) names, once the report ties it.
     folder_rank: int | None = None
+    #: The width a terminal cut this file's lines at (they were read joined), if it did.
+    unwrapped: int | None = None
 
     @property
     def rank(self) -> int | None:
@@ -153,7 +155,7 @@ def scan_files(paths: Sequence[Path]) -> list[ScanResult | OSError]:
     for path in paths:
         try:
             size = path.stat().st_size
-            elastic = _elastic_error(path, size)
+            elastic = _elastic_error(path, size) or _unwrapped(path, size)
             reader = _Reader(path, path) if elastic is None else None
         except OSError as exc:
             out.append(exc)
@@ -203,6 +205,29 @@ def _scan_elastic_error(path: Path, payload: dict[str, Any]) -> ScanResult:
         copy = Path(tmp) / path.name
         copy.write_text("\n".join(parts))
         return scan_file(copy, source=path)
+
+
+def _unwrapped(path: Path, size: int) -> ScanResult | None:
+    """A file whose lines a terminal cut at its width, read with them joined again; its
+    signals and tracebacks keep the numbers of the lines they start at in the file."""
+    width = log_wrap.wrap_width(path, size)
+    if width is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="triage-") as tmp:
+        copy = Path(tmp) / path.name
+        origin, total = log_wrap.unwrap(path, width, copy)
+        result = scan_file(copy, source=path)
+    for signal in result.signals:
+        signal.line = _first_of(origin, signal.line)
+    for record in result.tracebacks:
+        record.line = _first_of(origin, record.line)
+    result.lines, result.unwrapped = total, width
+    return result
+
+
+def _first_of(origin: list[int], joined: int) -> int:
+    """The file's number of the first line a joined line was made of."""
+    return origin[joined - 1] if 0 < joined <= len(origin) else joined
 
 
 def dump_state(record: TracebackRecord) -> RankState | None:

@@ -1,0 +1,95 @@
+"""Lines a terminal cut at its width, joined again.
+
+A log copied out of tmux, screen or a narrow terminal comes back with every long line cut
+into pieces of exactly the terminal's width: an NCCL line, a watchdog timeout or an OOM
+message then no longer holds its words in one line, and no signature reads it. Such a
+text shows several lines of one length, its longest, with hardly any a character or
+three shorter, each followed by a line that does not start as it did; joining each of
+them with the line after it gives the log back. Lines that are merely long and alike (a
+run of NCCL COLL lines) have neighbours in length and in prefix, and tables (nvidia-smi's
+rows) end in a border: both are left alone. Only small files are looked at: pasted text,
+not a job's logs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+#: Files above this are logs as the job wrote them, never a terminal's copy.
+MAX_BYTES = 16 << 20
+#: Narrower than this, a text is not cut by a terminal.
+MIN_WIDTH = 60
+#: Lines of exactly the width that show a text was cut there.
+MIN_CUT = 3
+_BORDERS = ("|", "+", "-", "=", "│", "┃", "╯", "╮", "┤", "║", "*", "#")
+
+
+def wrap_width(path: Path, size: int) -> int | None:
+    """The width a terminal cut this file's lines at, None when they were not cut."""
+    if size > MAX_BYTES:
+        return None
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    lines = _lines(text)
+    lengths = Counter(len(line) for line in lines)
+    if not lengths:
+        return None
+    width = max(lengths)
+    cut = [n for n, line in enumerate(lines[:-1]) if len(line) == width]
+    if width < MIN_WIDTH or len(cut) < MIN_CUT:
+        return None
+    if sum(lengths[width - k] for k in (1, 2, 3)) >= len(cut):
+        return None  # lengths up to the widest: lines that are long, not cut
+    if sum(1 for n in cut if _bordered(lines[n])) * 2 >= len(cut):
+        return None  # a table: its rows are one length because they are drawn so
+    if sum(1 for n in cut if _same_start(lines[n], lines[n + 1])) * 2 >= len(cut):
+        return None  # each next line starts as this one did: lines of one kind, one length
+    return width
+
+
+def _same_start(line: str, following: str) -> bool:
+    """Two lines that start alike, digits aside: `[rank0]:` and `[rank1]:`, two timestamps."""
+    return _DIGITS.sub("0", line[:_START]) == _DIGITS.sub("0", following[:_START])
+
+
+#: Characters that tell two lines of one writer (a rank or host:pid prefix, a timestamp).
+_START = 6
+_DIGITS = re.compile(r"\d")
+
+
+def unwrap(path: Path, width: int, dest: Path) -> tuple[list[int], int]:
+    """Write `path` to `dest` with every line of `width` characters joined with the line
+    after it; returns, per line written, the number of the first line it came from, and
+    how many lines the file has."""
+    origin: list[int] = []
+    out: list[str] = []
+    pending = ""
+    start = 0
+    lines = _lines(path.read_text(encoding="utf-8", errors="replace"))
+    for number, line in enumerate(lines, 1):
+        if not pending:
+            start = number
+        if len(line) == width and not _bordered(line):
+            pending += line
+            continue
+        out.append(pending + line)
+        origin.append(start)
+        pending = ""
+    if pending:
+        out.append(pending)
+        origin.append(start)
+    dest.write_text("\n".join(out) + "\n", encoding="utf-8")
+    return origin, len(lines)
+
+
+def _lines(text: str) -> list[str]:
+    lines = [line.rstrip("\r") for line in text.split("\n")]
+    return lines[:-1] if lines and not lines[-1] else lines
+
+
+def _bordered(line: str) -> bool:
+    return line.rstrip().endswith(_BORDERS)
