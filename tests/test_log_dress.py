@@ -100,3 +100,17 @@ def test_long_lines_alike_are_not_a_cut(tmp_path: Path) -> None:
         log = tmp_path / name
         log.write_text(text)
         assert wrap_width(log, log.stat().st_size) is None
+
+
+def test_one_long_line_cut_inside_a_word_is_joined(tmp_path: Path) -> None:
+    """A pasted exception cut once by an 80-column terminal (a dev case's line)."""
+    evidence, cause = case("config/apex-env-world-size-not-set")
+    line = evidence.strip().splitlines()[-1]
+    assert len(line) > 80
+    cut = f"{line[:80]}\n{line[80:]}\n"
+    log = tmp_path / "paste.txt"
+    log.write_text(cut)
+    assert wrap_width(log, log.stat().st_size) == 80
+    whole = tmp_path / "whole.txt"
+    whole.write_text("x" * 76 + "word\nNext line starts a sentence of its own.\n")
+    assert wrap_width(whole, whole.stat().st_size) is None

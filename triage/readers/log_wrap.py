@@ -4,7 +4,8 @@ A log copied out of tmux, screen or a narrow terminal comes back with every long
 into pieces of exactly the terminal's width: an NCCL line, a watchdog timeout or an OOM
 message then no longer holds its words in one line, and no signature reads it. Such a
 text shows several lines of one length, its longest, with hardly any a character or
-three shorter, each followed by a line that does not start as it did; joining each of
+three shorter, each followed by a line that does not start as it did (or one or two at a
+terminal's usual width that end inside a word the next line finishes); joining each of
 them with the line after it gives the log back. Lines that are merely long and alike (a
 run of NCCL COLL lines) have neighbours in length and in prefix, and tables (nvidia-smi's
 rows) end in a border: both are left alone. Only small files are looked at: pasted text,
@@ -21,8 +22,10 @@ from pathlib import Path
 MAX_BYTES = 16 << 20
 #: Narrower than this, a text is not cut by a terminal.
 MIN_WIDTH = 60
-#: Lines of exactly the width that show a text was cut there.
+#: Lines of exactly the width that show a text was cut there; fewer must be cut inside a
+#: word at a width terminals have.
 MIN_CUT = 3
+TERMINAL_WIDTHS = frozenset({80, 100, 120, 132, 140, 160, 180, 200, 220, 240})
 _BORDERS = ("|", "+", "-", "=", "│", "┃", "╯", "╮", "┤", "║", "*", "#")
 
 
@@ -40,8 +43,11 @@ def wrap_width(path: Path, size: int) -> int | None:
         return None
     width = max(lengths)
     cut = [n for n, line in enumerate(lines[:-1]) if len(line) == width]
-    if width < MIN_WIDTH or len(cut) < MIN_CUT:
+    if width < MIN_WIDTH or not cut:
         return None
+    if len(cut) < MIN_CUT:  # one or two long lines: cut inside a word, at a terminal's width
+        inside = all(_inside_word(lines[n], lines[n + 1]) for n in cut)
+        return width if width in TERMINAL_WIDTHS and inside else None
     if sum(lengths[width - k] for k in (1, 2, 3)) >= len(cut):
         return None  # lengths up to the widest: lines that are long, not cut
     if sum(1 for n in cut if _bordered(lines[n])) * 2 >= len(cut):
@@ -49,6 +55,16 @@ def wrap_width(path: Path, size: int) -> int | None:
     if sum(1 for n in cut if _same_start(lines[n], lines[n + 1])) * 2 >= len(cut):
         return None  # each next line starts as this one did: lines of one kind, one length
     return width
+
+
+def _inside_word(line: str, following: str) -> bool:
+    """A cut that split a word: `enviro` / `nment variable ...`."""
+    return (
+        line[-1:].isalnum()
+        and following[:1].isalnum()
+        and following[:1].lower() == following[:1]
+        and not _same_start(line, following)
+    )
 
 
 def _same_start(line: str, following: str) -> bool:
