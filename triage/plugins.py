@@ -9,6 +9,7 @@ rules, and `*.md` playbooks; they load through the same code as the bundled ones
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.machinery
@@ -118,9 +119,16 @@ def load_rules(families: set[str] | None = None, kinds: set[str] | None = None) 
         if kinds is not None and not _reads_any(source.name, kinds):
             continue
         for path in _modules(source):
-            causes = _RULE_CAUSE.findall(path.read_text(encoding="utf-8"))
+            causes = _causes_of(path)
             if families is None or any(c.split(".", 1)[0] in families for c in causes):
                 importlib.import_module(f"triage.rules.{source.name}.{path.stem}")
+
+
+@functools.cache
+def _causes_of(path: Path) -> list[str]:
+    """The causes a rule module registers, read once: the engine loads rules at every
+    decision, a chat session at each of its turns."""
+    return _RULE_CAUSE.findall(path.read_text(encoding="utf-8"))
 
 
 def _reads_any(source: str, kinds: set[str]) -> bool:

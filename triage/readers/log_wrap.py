@@ -20,6 +20,8 @@ from pathlib import Path
 
 #: Files above this are logs as the job wrote them, never a terminal's copy.
 MAX_BYTES = 16 << 20
+#: How much of a file's head shows whether its lines were cut.
+HEAD_BYTES = 64 << 10
 #: Narrower than this, a text is not cut by a terminal.
 MIN_WIDTH = 60
 #: Lines of exactly the width that show a text was cut there; fewer must be cut inside a
@@ -30,14 +32,17 @@ _BORDERS = ("|", "+", "-", "=", "│", "┃", "╯", "╮", "┤", "║", "*", "
 
 
 def wrap_width(path: Path, size: int) -> int | None:
-    """The width a terminal cut this file's lines at, None when they were not cut."""
+    """The width a terminal cut this file's lines at, from its head; None when they were
+    not cut (the whole file is read only to join them, `unwrap`)."""
     if size > MAX_BYTES:
         return None
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        with path.open("rb") as handle:
+            head = handle.read(HEAD_BYTES)
     except OSError:
         return None
-    lines = _lines(text)
+    text = head.decode("utf-8", "replace")
+    lines = _lines(text if len(head) < HEAD_BYTES else text[: text.rfind("\n") + 1])
     lengths = Counter(len(line) for line in lines)
     if not lengths:
         return None

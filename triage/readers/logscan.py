@@ -330,7 +330,7 @@ class _Reader:
             self.error = self.error or OSError(0, scan.error)
             return
         for number, worn, anchored in scan.hits:
-            raw = self.dress.strip(worn) if self.dress else worn
+            raw = self._undress(worn)
             text, origin = split_prefix(raw, self.origin)
             found = self._match(self.base + number, text, origin, raw)
             self.result.noise += anchored and not found
@@ -384,9 +384,13 @@ class _Reader:
                 tally.signals.append(_signal((sig, fields, text, number, origin), self.path))
         return bool(tally.signals)
 
+    def _undress(self, worn: str) -> str:
+        """A line without what the file's collector or paste put around every line."""
+        return self.dress.strip(worn) if self.dress else worn
+
     def _split(self, worn: str) -> tuple[str, Origin]:
         """A line without the file's dress and the writer's prefixes, and its writer."""
-        return split_prefix(self.dress.strip(worn) if self.dress else worn, self.origin)
+        return split_prefix(self._undress(worn), self.origin)
 
     def _feed(self, number: int, text: str, origin: Origin) -> None:
         """A line for the block parsers, once, in order; a gap closes the open blocks."""

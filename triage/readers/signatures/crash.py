@@ -12,9 +12,7 @@ import re
 from typing import Any
 
 from triage.readers.signatures import signature
-
-_SIGNAL_NAMES = {"4": "SIGILL", "6": "SIGABRT", "7": "SIGBUS", "8": "SIGFPE", "9": "SIGKILL",
-                 "11": "SIGSEGV", "15": "SIGTERM"}  # fmt: skip
+from triage.readers.signatures.launcher import signal_name
 
 
 def _fields(found: re.Match[str]) -> dict[str, Any]:
@@ -23,7 +21,7 @@ def _fields(found: re.Match[str]) -> dict[str, Any]:
         if key in out:
             out[key] = int(out[key])
     if "signo" in out:
-        out["signal"] = _SIGNAL_NAMES.get(out["signo"], f"signal {out['signo']}")
+        out["signal"] = signal_name(out["signo"])
     return out
 
 

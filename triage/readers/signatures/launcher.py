@@ -3,26 +3,25 @@
 from __future__ import annotations
 
 import re
+import signal
 from typing import Any
 
 from triage.readers.signatures import signature
 
-_SIGNALS = {
-    "1": "SIGHUP",
-    "2": "SIGINT",
-    "6": "SIGABRT",
-    "7": "SIGBUS",
-    "9": "SIGKILL",
-    "11": "SIGSEGV",
-    "15": "SIGTERM",
-}
+
+def signal_name(number: int | str) -> str:
+    """`SIGSEGV` for 11 (Linux's numbering, as the launchers print it); `signal N` else."""
+    try:
+        return signal.Signals(int(number)).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _exit(found: re.Match[str]) -> dict[str, Any]:
     code = int(found["exitcode"])
     out: dict[str, Any] = {"exitcode": code}
     if code < 0:
-        out["signal"] = _SIGNALS.get(str(-code), f"signal {-code}")
+        out["signal"] = signal_name(-code)
     for key in ("local_rank", "pid", "rank"):
         if found.groupdict().get(key):
             out[key] = int(found[key])
@@ -58,7 +57,9 @@ signature(
     r"Received (?:Signals\.)?(?P<signal>SIG[A-Z]+|\d+) death signal, shutting down workers",
     anchors="death signal",
     summary="the launcher itself was signalled and shut its workers down (scheduler kill, preemption, timeout)",
-    extract=lambda found: {"signal": _SIGNALS.get(found["signal"], found["signal"])},
+    extract=lambda found: {
+        "signal": signal_name(found["signal"]) if found["signal"].isdigit() else found["signal"]
+    },
 )
 
 signature(

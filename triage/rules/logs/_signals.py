@@ -50,14 +50,16 @@ def strongest(found: list[Found]) -> tuple[Found, list[Signal]]:
     return max(found, key=lambda f: f[0]), [item for _, _, items, _ in found for item in items]
 
 
-def stacks_in_collectives(evidence: EvidenceSet) -> list[tuple[Evidence, str]]:
+def stacks_in_collectives(
+    evidence: EvidenceSet,
+) -> list[tuple[Evidence, TracebackRecord, str]]:
     """Stacks without an exception (or stopped by Ctrl-C or SIGTERM) whose torch.distributed
     frames include a collective, with that collective (the outermost: `broadcast_object_list`,
     not the `broadcast` it calls)."""
-    out: list[tuple[Evidence, str]] = []
+    out: list[tuple[Evidence, TracebackRecord, str]] = []
     for item, record in tracebacks(evidence):
         if (record.dump or record.exception is None) and (op := _collective(record)) is not None:
-            out.append((item, op))
+            out.append((item, record, op))
     return out
 
 

@@ -71,7 +71,7 @@ def _weak_markers(evidence: EvidenceSet) -> Iterator[Finding]:
     """Text that shows processes stopped (inside collectives, in process-group setup, or
     dumped where they waited) but no timeout: where they stopped."""
     entered = _entered(evidence)
-    stacks = stacks_in_collectives(evidence)
+    stacks = [(item, op) for item, _, op in stacks_in_collectives(evidence)]
     native = signals(evidence, "hang.native_wait")
     setup = stopped_after_setup(evidence)
     init = stopped_at_init(evidence)

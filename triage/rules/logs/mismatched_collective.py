@@ -15,7 +15,7 @@ from triage.rules.logs._hang_lines import (
     positions_text,
     same_op_reports,
 )
-from triage.rules.logs._signals import ids, signals, stacks_in_collectives, tracebacks
+from triage.rules.logs._signals import ids, signals, stacks_in_collectives
 from triage.rules.logs._trace_split import TraceSplit, skipped_call
 from triage.rules.stacks._hang_view import SKIP_STORY, StateGroup, skip_fix
 from triage.text import format_ranks, rank_label
@@ -85,9 +85,7 @@ def _stacks_apart(evidence: EvidenceSet) -> Iterator[Finding]:
     """Pasted stacks (frames without an exception) that stand in different collective APIs:
     the processes wait in different collectives, which never match."""
     by_op: dict[str, list[tuple[Evidence, TracebackRecord]]] = {}
-    records = {item.id: record for item, record in tracebacks(evidence)}
-    for item, op in stacks_in_collectives(evidence):
-        record = records[item.id]
+    for item, record, op in stacks_in_collectives(evidence):
         if not record.dump:  # dumps are rank states: the stack rules read those
             by_op.setdefault(op, []).append((item, record))
     ranks = {r.rank for found in by_op.values() for _, r in found}
