@@ -176,4 +176,4 @@ def test_counts_and_rank_subjects_agree(tmp_path: Path) -> None:
     assert "Ranks 2-3 already stand after the loop" in both.hypotheses[0].summary
     assert "while rank 0 still waits inside it" in both.hypotheses[0].summary
     peers = diagnose(None, job_targets(paths=[str(GLOO_JOB)])).hypotheses[0]
-    assert "Ranks 0,2 only report the closed connection" in peers.summary
+    assert "Ranks 0,2 only report losing it" in peers.summary

@@ -125,8 +125,10 @@ def redecide(
 
 def found_evidence(report: Report) -> bool:
     """Whether anything beyond the list of files read was found: a log with no failure
-    line is evidence beside its peers' (a rank that logged nothing), not on its own."""
-    return any(e.kind != LogFile.EVIDENCE_KIND for e in report.evidence)
+    line is evidence beside its peers' (a rank that logged nothing), not on its own, unless
+    a rule read something from where it stops."""
+    read = any(h.rule_id != _FALLBACK_RULE for h in report.hypotheses)
+    return read or any(e.kind != LogFile.EVIDENCE_KIND for e in report.evidence)
 
 
 def gather(playbook: Playbook, targets: dict[str, Any], registry: Registry = REGISTRY) -> Report:
@@ -223,11 +225,15 @@ def _strength(finding: Finding) -> tuple[float, bool]:
     return finding.confidence, finding.location is not None
 
 
+#: The rule ID of the playbook's fallback: no rule read anything.
+_FALLBACK_RULE = "engine.fallback"
+
+
 def _fallback(playbook: Playbook, report: Report) -> Finding:
     cause = playbook.fallback_cause or f"{playbook.symptom}.unknown"
     seen = plural(len(report.evidence), "evidence item") if report.evidence else "no evidence"
     return Finding(
-        rule_id="engine.fallback",
+        rule_id=_FALLBACK_RULE,
         cause_id=cause,
         title=CAUSES.get(cause, cause),
         summary=f"No rule matched ({seen}, {plural(len(report.gaps), 'gap')}); the cause is not "

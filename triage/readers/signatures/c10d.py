@@ -172,6 +172,15 @@ signature(
     summary="a TCPStore operation failed (timeout waiting for a key or for clients)",
 )
 
+# The TCPStore client's own words when the store stops answering (its host, rank 0 or the
+# launcher's agent, is gone or unreachable), without the DistStoreError type around them.
+signature(
+    "c10d.store_socket",
+    r"\bSocket Timeout\b|Stop_waiting response is expected",
+    anchors=("Socket Timeout", "Stop_waiting response is expected"),
+    summary="the rendezvous store did not answer (its host stopped or cannot be reached)",
+)
+
 # --- peers going away -------------------------------------------------------------------
 
 signature(
@@ -179,6 +188,25 @@ signature(
     r"Connection closed by peer \[?(?P<peer>[^\]\s]+)\]?:(?P<port>\d+)",
     anchors="Connection closed by peer",
     summary="gloo's peer closed the connection: that process exited or crashed",
+    peer_symptom=True,
+)
+
+# A socket call in NCCL, gloo or the store failing with EMFILE: one socket per peer
+# connection meets the process's open-files limit (1024 soft by default) at scale.
+signature(
+    "net.fd_exhausted",
+    r"(?:nccl|NCCL|[Ss]ocket|[Bb]ootstrap|[Gg]loo|[Aa]ccept|[Cc]onnect)\S*.{0,80}?"
+    r"Too many open files",
+    anchors="Too many open files",
+    summary="a communication socket could not be opened: the open-files limit is reached",
+)
+
+# Horovod's words on every surviving rank once one rank raised or finished early.
+signature(
+    "horovod.shut_down",
+    r"Horovod has been shut down",
+    anchors="Horovod has been shut down",
+    summary="Horovod stopped because another rank raised or finished: that rank failed first",
     peer_symptom=True,
 )
 

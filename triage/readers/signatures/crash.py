@@ -74,6 +74,16 @@ signature(
     extract=_fields,
 )
 
+# Open MPI names the first process that exited with a non-zero status ("The first process
+# to do so was: Process name: [[jobid,1],vpid]"): the vpid is its MPI rank.
+signature(
+    "scheduler.first_exit",
+    r"Process name:\s*\[\[\d+,\d+\],(?P<rank>\d+)\]",
+    anchors="Process name: [[",
+    summary="mpirun names the first process that exited with an error: it failed first",
+    extract=_fields,
+)
+
 signature(
     "scheduler.time_limit",
     r"CANCELLED AT \S+ DUE TO TIME LIMIT|DUE TO TIME LIMIT",

@@ -59,17 +59,28 @@ signature(
 
 signature(
     "generic.out_of_memory",
-    r"[Oo]ut of memory|OutOfMemory|OUT_OF_MEMORY|oom-kill|"
+    r"[Oo]ut of memory|OutOfMemory|OUT_OF_MEMORY|oom-kill|STATUS_ALLOC_FAILED|"
     r"terminated with signal (?:Signals\.)?SIGKILL|exitcode\s*:\s*-9\b",
     anchors=(
         "ut of memory",
         "OutOfMemory",
         "OUT_OF_MEMORY",
         "oom-kill",
+        "STATUS_ALLOC_FAILED",
         "terminated with signal",
         "exitcode",
     ),
     summary="memory ran out, or a process was SIGKILLed as the OOM killer does (cause not named)",
+)
+
+# cuBLAS or cuDNN could not create its handle: the handle's workspace is allocated then,
+# so a GPU whose memory is already full (another process, every rank on one device) fails
+# here first; a CUDA build the driver or the card does not support is the other reading.
+signature(
+    "generic.cuda_library_init",
+    r"(?:CUBLAS|CUDNN|CUSOLVER|CUSPARSE)_STATUS_NOT_INITIALIZED",
+    anchors="_STATUS_NOT_INITIALIZED",
+    summary="cuBLAS/cuDNN could not start on the GPU (memory already full, or a CUDA mismatch)",
 )
 
 # Wrong results: a numerical comparison that failed (torch.testing, numpy), or a metric

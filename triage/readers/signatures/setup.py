@@ -99,13 +99,14 @@ signature(
 
 signature(
     "setup.env_read",
-    r"os\.environ\[[\"'](?P<variable>"
+    r"(?:os\.environ\[|_env_error\()[\"'](?P<variable>"
     + "|".join(LAUNCHER_VARIABLES)
     + "|"
     + "|".join(f"{p}\\w+" for p in _VARIABLE_PREFIXES)
-    + r")[\"']\]",
-    anchors=("os.environ[",),
-    summary="a line reads a launcher variable with os.environ[...] (a KeyError when unset)",
+    + r")[\"'][\])]",
+    anchors=("os.environ[", "_env_error("),
+    summary="a line reads a launcher variable with os.environ[...] (a KeyError when unset), or"
+    ' torch\'s env:// rendezvous raises for one (`raise _env_error("MASTER_ADDR")`)',
 )
 
 signature(
@@ -259,11 +260,13 @@ def _announced(found: re.Match[str]) -> dict[str, Any]:
 # never joined).
 signature(
     "setup.init_announced",
-    r"Initializing distributed: GLOBAL_RANK: (?P<rank>\d+), MEMBER: \d+/(?P<world_size>\d+)|"
+    r"(?:Initializing distributed|initializing ddp): GLOBAL_RANK: (?P<rank>\d+), "
+    r"MEMBER: \d+/(?P<world_size>\d+)|"
     r"Initializing TorchBackend in DeepSpeed with backend (?P<backend>\w+)|"
     r"Added key: store_based_barrier_key:\d+ to store for rank: (?P<store_rank>\d+)",
     anchors=(
         "Initializing distributed: GLOBAL_RANK",
+        "initializing ddp: GLOBAL_RANK",
         "Initializing TorchBackend in DeepSpeed",
         "Added key: store_based_barrier_key",
     ),

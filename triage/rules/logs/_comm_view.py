@@ -102,7 +102,8 @@ _BENIGN_WARN = re.compile(
 PEER_TEXT = re.compile(
     r"Connection closed by (?:remote )?peer|Connection reset by peer|ncclRemoteError|"
     r"remote process exited or there was a network error|[Bb]roken pipe|got 0 bytes|"
-    r"remote worker crashing|RendezvousClosedError|unexpected exit of a remote peer"
+    r"remote worker crashing|RendezvousClosedError|unexpected exit of a remote peer|"
+    r"Horovod has been shut down"
 )
 
 #: Text of a timeout: a symptom of a stall or a missing peer, whose cause lies elsewhere.
@@ -414,6 +415,11 @@ def _origins(
                 found.append(Origin(s.rank, f"exit code {code}", [e.id]))
         elif s.signature == "elastic.process_signal" and signal in FATAL_SIGNALS:
             found.append(Origin(s.rank, f"killed by {signal}", [e.id]))
+    for e, s in by_name.get("scheduler.first_exit", []):
+        if s.rank is not None and s.rank not in lost:
+            found.append(
+                Origin(s.rank, "the first process to exit with an error", [e.id], first=True)
+            )
     for e, t in tbs:
         if t.dump or not (t.exception or t.message):
             continue

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._comm_view import PEER_TEXT, TIMEOUT_TEXT, comm_view, quote
-from triage.rules.logs._signals import ranks_of
+from triage.rules.logs._comm_view import PEER_TEXT, TIMEOUT_TEXT, CommView, comm_view, quote
+from triage.rules.logs._signals import Signal, ranks_of
 from triage.text import rank_label
 
 _COMM_ERROR = re.compile(r"NCCL error|NCCL Error|nccl\w*Error|[Gg]loo|ProcessGroupNCCL")
@@ -41,6 +41,9 @@ def comm_unknown(evidence: EvidenceSet) -> Iterator[Finding]:
     the interface (`Bootstrap : Using`), the transport per channel (`via P2P/SHM/NET`) and
     the NCCL_* overrides echoed as `set by environment to`.
 
+    A socket call of NCCL, gloo or the store failing with `Too many open files` (EMFILE)
+    reads stronger (0.5): one socket per peer meets the open-files limit at scale.
+
     Known false positives:
     None as such: it is the honest 'communication failed, cause not visible' answer.
 
@@ -51,6 +54,10 @@ def comm_unknown(evidence: EvidenceSet) -> Iterator[Finding]:
     if view.named_elsewhere():
         return
     warns = view.warnings()
+    fds = view.of("net.fd_exhausted")
+    if fds:
+        yield _out_of_descriptors(view, fds)
+        return
     errors = view.of(*_GENERIC) + warns
     tbs = [
         (e, t)
@@ -85,3 +92,30 @@ def comm_unknown(evidence: EvidenceSet) -> Iterator[Finding]:
         ),
         confirm="the NCCL_DEBUG=INFO log names a socket, shm, ibv_* or cudaIpc failure",
     )
+
+
+def _out_of_descriptors(view: CommView, fds: list[Signal]) -> Finding:
+    """EMFILE on a communication socket: the cause is the process's open-files limit, which
+    NCCL's bootstrap and gloo's full mesh (a socket per peer) meet as the job grows."""
+    ranks = ranks_of(s for _, s in fds)
+    who = f" on {rank_label(ranks)}" if ranks else ""
+    return Finding(
+        title=f"a communication socket hit the open-files limit{who}",
+        summary=f"A socket call failed with `Too many open files`{who} (`{_bare(fds)}`): NCCL's"
+        " bootstrap and gloo open a socket per peer, and the process's open-files limit (1024"
+        " by default) runs out as the job grows.",
+        ranks=ranks,
+        location=view.location(ranks, _COMM_ERROR),
+        confidence=0.5,
+        evidence=[e.id for e, _ in fds][:8],
+        fix='Raise the open-files limit of the ranks before launch (`ulimit -n "$(ulimit -Hn)"`'
+        " in the batch script, which srun passes on; LimitNOFILE for a service; --ulimit nofile"
+        " for a container).",
+        confirm="`cat /proc/PID/limits` of a rank shows `Max open files` at 1024, and `ls"
+        " /proc/PID/fd | wc -l` near it",
+    )
+
+
+def _bare(items: list[Signal]) -> str:
+    """A line quoted inside backticks, without its own."""
+    return quote(items).replace("`", "")

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from triage.grouping import latest_stacks
 from triage.models import Evidence, Finding
-from triage.observations import RankActivity
+from triage.observations import LogFile, RankActivity
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._comm_view import stopped_after_setup, stopped_at_init
 from triage.rules.logs._signals import Signal, ranks_of, signals, stacks_in_collectives
@@ -25,7 +26,8 @@ def hang_markers(evidence: EvidenceSet) -> Iterator[Finding]:
     print after it, or a stack without an exception that stands inside a collective (a
     dump, or frames pasted from one; native frames waiting in c10d, gloo or NCCL setup),
     or an NCCL_DEBUG=INFO log that says only how NCCL set its communicators up and stops
-    a few lines after `Init COMPLETE`.
+    a few lines after `Init COMPLETE`, or a log whose last line is a progress bar short of
+    its total (the loop stopped between two updates, with no error after it).
 
     Why it happens:
     Some rank is not where the others are: it skipped or added a collective, runs something
@@ -76,7 +78,8 @@ def _weak_markers(evidence: EvidenceSet) -> Iterator[Finding]:
     setup = stopped_after_setup(evidence)
     init = stopped_at_init(evidence)
     elsewhere = [] if stacks else _dumped_elsewhere(evidence)
-    if not (entered or stacks or native or setup or init or elsewhere):
+    progress = _stopped_in_progress(evidence)
+    if not (entered or stacks or native or setup or init or elsewhere or progress):
         return
     where = (
         [f"{_writer(s.rank)} printed `{s.text[:100]}` and nothing after it" for _, s in entered][:2]
@@ -92,6 +95,9 @@ def _weak_markers(evidence: EvidenceSet) -> Iterator[Finding]:
             for _, s in init
         ][:1]
         + [f"a stack dumped while it waited stands in {text}" for _, text in elsewhere][:2]
+        + [f"{e.source} stops on a progress bar short of its end (`{bar}`)" for e, bar in progress][
+            :2
+        ]
     )
     yield Finding(
         title="the job stopped without an error, cause not visible",
@@ -102,6 +108,7 @@ def _weak_markers(evidence: EvidenceSet) -> Iterator[Finding]:
         evidence=(
             [e.id for e, _ in entered + native + setup + init]
             + [e.id for e, _ in stacks + elsewhere]
+            + [e.id for e, _ in progress]
         )[:8],
         fix="Gather what tells the ranks apart while the job hangs: py-spy stacks of every"
         " rank (`triage hang --pids ...`), Flight Recorder dumps, or a rerun with"
@@ -114,6 +121,22 @@ def _weak_markers(evidence: EvidenceSet) -> Iterator[Finding]:
         ),
         confirm="stacks or dumps of every rank show where each one is",
     )
+
+
+def _stopped_in_progress(evidence: EvidenceSet) -> list[tuple[Evidence, str]]:
+    """Logs whose last line is a progress bar (tqdm's `37%|███▋ | 370/1000 [...]`) short of
+    its total: the loop stopped moving between two updates and nothing was printed since,
+    no error and no exit."""
+    stopped = []
+    for item, log in evidence.payloads(LogFile):
+        bar = _PROGRESS_BAR.search(log.last_line)
+        if bar and int(bar["done"]) < int(bar["total"]):
+            stopped.append((item, bar[0].strip()))
+    return stopped
+
+
+#: tqdm's bar as it renders in a log: percent, the bar between pipes, done/total.
+_PROGRESS_BAR = re.compile(r"\d{1,3}%\s*\|[^|]{0,120}\|\s*(?P<done>\d+)/(?P<total>\d+)")
 
 
 def _dumped_elsewhere(evidence: EvidenceSet) -> list[tuple[Evidence, str]]:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._comm_view import comm_view
+from triage.rules.logs._comm_view import CommView, comm_view
 from triage.text import agree, rank_label, rank_subject
 
 
@@ -57,7 +57,7 @@ def peer_failure(evidence: EvidenceSet) -> Iterator[Finding]:
         yield Finding(
             title="ranks lost a peer; the failing rank's log is not here",
             summary=(
-                f"{seen.capitalize()} {report} a closed or reset connection to a peer, which "
+                f"{seen.capitalize()} {report} a lost peer ({_said(view, witness_ids)}), which "
                 "means another process died or the network dropped. No rank's own failure is "
                 "in these logs."
             ),
@@ -84,8 +84,7 @@ def peer_failure(evidence: EvidenceSet) -> Iterator[Finding]:
         " and ".join(
             part
             for part in (
-                f"{rank_label(logged)} only {agree(len(logged), 'report')} the closed "
-                "connection to it"
+                f"{rank_label(logged)} only {agree(len(logged), 'report')} losing it"
                 if logged
                 else "",
                 f"{rank_subject(stopped, 'were')} stopped by the launcher (SIGTERM)"
@@ -94,7 +93,7 @@ def peer_failure(evidence: EvidenceSet) -> Iterator[Finding]:
             )
             if part
         )
-        or f"{seen} only {report} the closed connection to it"
+        or f"{seen} only {report} losing it"
     )
     yield Finding(
         title=f"{who} failed first; the peers lost the connection",
@@ -113,3 +112,12 @@ def peer_failure(evidence: EvidenceSet) -> Iterator[Finding]:
         ),
         confirm=f"{who}'s error precedes the connection errors of the other ranks",
     )
+
+
+def _said(view: CommView, witness_ids: list[str]) -> str:
+    """A witness's own words, quoted: what a rank logged is stated only as its lines say."""
+    first = next(
+        (s.text for items in view.by_name.values() for e, s in items if e.id in witness_ids),
+        None,
+    ) or next((f"{t.exception}: {t.message}" for e, t in view.errors() if e.id in witness_ids), "")
+    return f"`{first[:120]}`" if first else "a closed or reset connection"

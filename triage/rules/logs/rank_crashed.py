@@ -12,7 +12,7 @@ from triage.text import rank_label
 
 #: The launcher's own teardown of healthy workers: no failure of theirs.
 _TEARDOWN_CODES = (-15, 143)
-_CRASHES = ("process.crashed", "cuda.kernel_fault", "scheduler.task_exit")
+_CRASHES = ("process.crashed", "cuda.kernel_fault", "scheduler.task_exit", "scheduler.first_exit")
 _EXITS = ("elastic.worker_failed", "elastic.child_failed", "elastic.process_signal",
           "spawn.process_signal")  # fmt: skip
 

@@ -44,7 +44,8 @@ def rendezvous(evidence: EvidenceSet) -> Iterator[Finding]:
     EADDRINUSE), clients timing out or being refused while connecting to (MASTER_ADDR,
     MASTER_PORT), hostnames that do not resolve (`Name or service not known`, gai errors),
     `Timed out after N seconds waiting for clients. X/Y clients joined`,
-    RendezvousTimeoutError / RendezvousConnectionError, DistStoreError.
+    RendezvousTimeoutError / RendezvousConnectionError, DistStoreError; weaker (0.3), the
+    TCPStore client's bare `Socket Timeout` or `Stop_waiting response is expected`.
 
     Why it happens:
     A second job (or a stale one) on the same host uses the default port 29500/29400;
@@ -157,6 +158,9 @@ def _findings(view: CommView) -> list[Found]:
     store = view.of("c10d.store_error")
     if store and not joined:
         found.append((0.4 if view.origins else 0.55, "a store operation failed", store, _REACH_FIX))
+    silent = view.of("c10d.store_socket")
+    if silent and not store and not joined and not unreached:
+        found.append((0.3, "the rendezvous store stopped answering", silent, _REACH_FIX))
     refused = [
         (e, s)
         for e, s in view.of("c10d.connection_refused", "c10d.unreachable")

@@ -4,12 +4,14 @@ or the number of processes that joined disagree with the world size."""
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._comm_view import quoted_finding
 from triage.rules.logs._signals import Found, signals
+from triage.text import rank_subject
 
 _TEXT = re.compile(r"[Mm]esh|world[ _]?size|WORLD_SIZE|divisible|out of range|interval|rank")
 
@@ -36,6 +38,13 @@ _FIX_EXTRA_WORKERS = (
 )
 
 
+_FIX_SAME_RANKS = (
+    "Several processes took the same global rank: each node numbered its processes as if it"
+    " were the first. Give the launch the real node count and a distinct node rank per node"
+    " (Slurm: --nodes and --ntasks-per-node matching Trainer(num_nodes=..., devices=...);"
+    " torchrun: --nnodes and --node_rank per node, or a c10d rendezvous endpoint)."
+)
+
 _FIX_CHECKPOINT = (
     "Launch with the parallel sizes the checkpoint was saved at, or convert it to the new "
     "layout first (Megatron's tools/checkpoint converter, DeepSpeed's universal checkpoint, "
@@ -54,7 +63,10 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     [0, M]` (DistributedSampler), new_group's `Rank N is out of range`; the store-based
     barrier counting more workers than world_size (`world_size=2, worker_count=4`); NCCL's
     bootstrap seeing a different rank count or one rank twice; a checkpoint's
-    `tensor_model_parallel_size value from checkpoint (1) is not equal to ... (2)`.
+    `tensor_model_parallel_size value from checkpoint (1) is not equal to ... (2)`;
+    weaker (0.5), processes that announce the same global rank (Lightning's `Initializing
+    distributed: GLOBAL_RANK: 1, MEMBER: 2/8` twice) while fewer distinct ranks than the
+    world's size announce themselves.
 
     Why it happens:
     --nnodes x --nproc-per-node differs from what the config's mesh or parallel sizes
@@ -109,6 +121,7 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
                 _FIX,
             )
         )
+    found.extend(_same_ranks(evidence))
     if not found:
         return
     yield quoted_finding(
@@ -118,3 +131,24 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
         "WORLD_SIZE in the ranks' environment differs from the product of the mesh or "
         "parallel sizes the script builds (or from the number of processes started)",
     )
+
+
+def _same_ranks(evidence: EvidenceSet) -> list[Found]:
+    """Processes that announce the same global rank while ranks of the world are missing:
+    two sets of processes numbered themselves alike (every node took node rank 0)."""
+    announced = [
+        (e, s) for e, s in signals(evidence, "setup.init_announced") if "world_size" in s.fields
+    ]
+    counts = Counter(s.fields["rank"] for _, s in announced)
+    twice = sorted(rank for rank, n in counts.items() if n > 1)
+    world = max((s.fields["world_size"] for _, s in announced), default=0)
+    if not twice or len(counts) >= world:
+        return []
+    return [
+        (
+            0.5,
+            f"{rank_subject(twice, 'were')} announced twice in a world of {world}",
+            [(e, s) for e, s in announced if s.fields["rank"] in twice],
+            _FIX_SAME_RANKS,
+        )
+    ]

@@ -1,0 +1,105 @@
+"""Texts that show a failure only in generic words still get an honest, weak hypothesis.
+
+A log that stops on a progress bar short of its total (the loop stopped moving, nothing
+printed since), cuBLAS/cuDNN failing to create its handle, and the TCPStore client's bare
+`Socket Timeout`: each names its failure's family at low confidence with the step that
+would tell its candidates apart, and gives way to any rule that names a cause.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import analyze_files
+
+BAR = "Epoch 0:  37%|███▋      | 370/1000 [05:12<08:51,  1.19it/s, loss=2.31, v_num=3]"
+
+
+def test_a_log_stopped_on_a_progress_bar_reads_as_a_weak_hang(tmp_path: Path) -> None:
+    report = analyze_files(tmp_path, {"rank0.log": f"loading data\n{BAR}\n"})
+    top = report.hypotheses[0]
+    assert (top.cause_id, top.rule_id) == ("hang.unknown", "logs.hang_markers")
+    assert top.confidence < 0.3
+    assert "370/1000" in top.summary
+
+
+def test_tqdm_updates_written_with_carriage_returns_read_from_the_last(tmp_path: Path) -> None:
+    updates = "\r".join(f"  {p}%|█         | {p * 10}/1000 [00:01<00:09]" for p in (1, 2, 3))
+    report = analyze_files(tmp_path, {"rank0.log": updates + "\n"})
+    assert report.hypotheses[0].cause_id == "hang.unknown"
+    assert "30/1000" in report.hypotheses[0].summary
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Epoch 0: 100%|██████████| 1000/1000 [05:12<00:00,  3.19it/s]\n",
+        f"{BAR}\nSaving checkpoint to out/ckpt-370\n",
+    ],
+    ids=["bar-complete", "bar-not-last"],
+)
+def test_a_finished_bar_or_one_followed_by_output_is_no_finding(tmp_path: Path, text: str) -> None:
+    assert analyze_files(tmp_path, {"rank0.log": text}).hypotheses == []
+
+
+def test_the_cli_reports_a_verdict_read_from_where_a_log_stops(tmp_path: Path) -> None:
+    (tmp_path / "rank0.log").write_text(BAR + "\n", encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "triage", "analyze", str(tmp_path / "rank0.log")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "hang.unknown" in done.stdout and "no evidence" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "RuntimeError: CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasCreate(handle)`",
+        "RuntimeError: cuDNN error: CUDNN_STATUS_NOT_INITIALIZED",
+    ],
+)
+def test_a_cuda_library_that_cannot_start_is_a_weak_memory_guess(tmp_path: Path, line: str) -> None:
+    top = analyze_files(tmp_path, {"rank2.log": f"[rank2]:{line}\n"}).hypotheses[0]
+    assert (top.cause_id, top.rule_id, top.ranks) == ("oom.unknown", "logs.oom_markers", [2])
+    assert top.confidence < 0.3
+    assert "nvidia-smi" in top.fix and "torch.version.cuda" in top.fix
+
+
+def test_cublas_alloc_failed_is_memory_running_out(tmp_path: Path) -> None:
+    line = (
+        "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"
+    )
+    assert analyze_files(tmp_path, {"rank0.log": line}).hypotheses[0].cause_id.startswith("oom.")
+
+
+@pytest.mark.parametrize(
+    "line", ["RuntimeError: Socket Timeout", "RuntimeError: Stop_waiting response is expected"]
+)
+def test_the_store_clients_bare_timeout_is_a_weak_rendezvous_guess(
+    tmp_path: Path, line: str
+) -> None:
+    top = analyze_files(tmp_path, {"rank1.log": line + "\n"}).hypotheses[0]
+    assert (top.cause_id, top.rule_id) == ("comm.rendezvous", "logs.rendezvous")
+    assert top.confidence <= 0.3
+
+
+def test_a_socket_out_of_descriptors_names_the_limit(tmp_path: Path) -> None:
+    line = "misc/socket.cc:620 NCCL WARN ncclOsSocketTryAccept: Accept failed: Too many open files"
+    top = analyze_files(tmp_path, {"rank5.log": f"node3:812:901 [5] {line}\n"}).hypotheses[0]
+    assert (top.cause_id, top.confidence) == ("comm.unknown", 0.5)
+    assert "ulimit -n" in top.fix
+
+
+def test_the_data_loaders_own_descriptor_error_is_not_a_socket(tmp_path: Path) -> None:
+    line = (
+        "RuntimeError: Too many open files. Communication with the workers is no longer possible."
+    )
+    report = analyze_files(tmp_path, {"rank0.log": line})
+    assert all(h.cause_id != "comm.unknown" for h in report.hypotheses)
