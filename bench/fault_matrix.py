@@ -242,7 +242,7 @@ PLACEMENTS: tuple[tuple[str, int, str], ...] = (
 SLICE: dict[str, tuple[str, ...]] = {
     "extra_collective/plain/w2/r1": ("live", "fr", "logs"),
     "sleep/plain/w2/r1": ("live", "fr"),
-    "recv_first/plain/w2/all": ("live",),
+    "recv_first/plain/w2/all": ("live", "logs"),
     "uneven_data/plain/w2/r1": ("live", "fr"),
     "lazy_group/torchrun/w2/r0": ("live",),
     "dies_exception/plain/w2/r1": ("logs",),

@@ -1,14 +1,18 @@
-"""hang.p2p_deadlock from logs: NCCL's per-op lines stop on point-to-point sends/receives."""
+"""hang.p2p_deadlock from logs: every rank waits in a send (or every one in a receive), or
+NCCL's per-op lines stop on point-to-point ops."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.observations import LogFile, LogSignal
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._signals import Signal, signals
-from triage.text import rank_label
+from triage.rules.logs._comm_view import TIMEOUT_TEXT
+from triage.rules.logs._hang_lines import hang_log
+from triage.rules.logs._signals import Signal, signals, tracebacks
+from triage.text import rank_label, rank_subject
 
 #: How close to its log's end a writer's last op must be for the log to have stopped there.
 _AT_END = 20
@@ -17,9 +21,13 @@ _P2P = frozenset({"Send", "Recv"})
 
 @rule("logs.p2p_deadlock", "hang.p2p_deadlock")
 def p2p_deadlock(evidence: EvidenceSet) -> Iterator[Finding]:
-    """Every writer's NCCL_DEBUG_SUBSYS=COLL log stops on a Send or Recv.
+    """Every rank waits in a point-to-point op, the same way round.
 
     What it detects:
+    Timeouts of every waiting rank in a point-to-point op, all receives or all sends: gloo's
+    `Timed out waiting Nms for recv operation` in a traceback through `dist.recv` (or
+    irecv, send, isend), the watchdog's `WorkNCCL(... OpType=RECV ...)`, with no rank
+    waiting in a collective (0.6, at the user's p2p line). Else:
     NCCL's per-op INFO lines (`NCCL INFO Send: opCount 4 ... root 1 comm ...`), as
     NCCL_DEBUG=INFO with the COLL subsystem writes them: the last op each writer (a
     rank's log, a `host:pid` prefix, a device) enqueued is a point-to-point Send or Recv,
@@ -34,7 +42,8 @@ def p2p_deadlock(evidence: EvidenceSet) -> Iterator[Finding]:
     other.
 
     Evidence:
-    The last hang.nccl_coll line of each writer, and where its log stops.
+    Each rank's timeout and the p2p frame of its traceback; or the last hang.nccl_coll
+    line of each writer, and where its log stops.
 
     Fix:
     Pair every send with its receive in one order all ranks agree on: post them together
@@ -49,6 +58,10 @@ def p2p_deadlock(evidence: EvidenceSet) -> Iterator[Finding]:
     References:
     https://pytorch.org/docs/stable/distributed.html#torch.distributed.batch_isend_irecv
     """
+    waits = _p2p_timeouts(evidence)
+    if waits:
+        yield waits
+        return
     last = _last_ops(evidence)
     if not last or any(s.fields.get("coll") not in _P2P for _, s in last):
         return
@@ -82,6 +95,50 @@ def p2p_deadlock(evidence: EvidenceSet) -> Iterator[Finding]:
         confirm="stacks or Flight Recorder dumps of both peers show each waiting in its send"
         " (or receive) to the other",
     )
+
+
+def _p2p_timeouts(evidence: EvidenceSet) -> Finding | None:
+    """Every rank that timed out did so in a send or every one in a receive: each waits on
+    a peer that waits the same way (a ring where all receive first)."""
+    view = hang_log(evidence)
+    ops: dict[int, tuple[str, str]] = {}
+    for item, record in tracebacks(evidence, dumps=False):
+        if record.rank is None or not TIMEOUT_TEXT.search(f"{record.exception}: {record.message}"):
+            continue
+        call = next((f.function for f in record.frames if _C10D.search(f.file)), None)
+        if call in _P2P_CALLS:
+            ops[record.rank] = (_P2P_CALLS[call], item.id)
+    for item, sig in view.timeouts:
+        op = str(sig.fields.get("op", "")).upper()
+        if sig.rank is not None and op in ("SEND", "RECV"):
+            ops.setdefault(sig.rank, ("Send" if op == "SEND" else "Recv", item.id))
+    ranks = sorted(ops)
+    directions = {direction for direction, _ in ops.values()}
+    if len(ranks) < 2 or len(directions) != 1 or set(view.waiting) - set(ranks):
+        return None
+    direction = next(iter(directions))
+    verb = "receive" if direction == "Recv" else "send"
+    return Finding(
+        title=f"{rank_subject(ranks, 'wait')} in a point-to-point {verb}, every one",
+        summary=f"{rank_label(ranks).capitalize()} all timed out in a {verb} and no rank waits"
+        f" in a collective: each waits to {verb} {'from' if verb == 'receive' else 'to'} a peer"
+        f" that is itself waiting to {verb}, so no message can move (a ring where every rank"
+        " receives first, or two peers that both send first).",
+        ranks=ranks,
+        location=view.location(ranks),
+        confidence=0.6,
+        evidence=[evidence_id for _, evidence_id in ops.values()][:8],
+        fix="Pair each send with its receive in one order every rank agrees on: post them"
+        " together with dist.batch_isend_irecv, or let even ranks send first and odd ranks"
+        " receive first.",
+        confirm="stacks of every rank (`triage hang`) show each one in its own"
+        f" {verb} at the same line",
+    )
+
+
+#: torch.distributed's point-to-point calls, by the direction they wait in.
+_P2P_CALLS = {"recv": "Recv", "irecv": "Recv", "send": "Send", "isend": "Send"}
+_C10D = re.compile(r"distributed_c10d\.py$")
 
 
 def _last_ops(evidence: EvidenceSet) -> list[Signal]:
