@@ -8,8 +8,12 @@ stretch or many, in this process or on a pool.
 
 from __future__ import annotations
 
+import json
 import random
 import re
+import subprocess
+import sys
+import time
 import tracemalloc
 from collections import defaultdict
 from collections.abc import Callable
@@ -25,6 +29,7 @@ from triage.readers.logscan import ScanResult, scan_file, scan_files
 from triage.registry import REGISTRY, EvidenceSet, run_rules, select
 
 COLL = signatures.load()["hang.nccl_coll"]
+TRIAGE = [sys.executable, "-c", "from triage.entry import main; main()"]
 
 
 def _coll(rank: int, comm: int, opcount: int, pid: int | None = None) -> str:
@@ -217,3 +222,86 @@ def test_the_last_opcount_of_each_rank_names_the_one_behind(tmp_path: Path) -> N
 def _kept(lines: int) -> set[int]:
     """The line numbers a series of `lines` lines keeps (and one less, for the rank behind)."""
     return {*range(1, SERIES_FIRST + 1), *range(lines - SERIES_LAST - 1, lines + 1)}
+
+
+def test_a_log_read_early_reads_as_read_late(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`triage analyze FILE` starts the pool before the CLI's imports; what it read is what
+    the reader would have read, whichever way round the path is spelled, and the feeder
+    hands the pool every stretch of a log of frequent lines."""
+    path = tmp_path / "rank0.log"
+    write_dense(path, 3 << 20)
+    monkeypatch.setattr(log_chunks, "CHUNK", 128 << 10)
+    monkeypatch.setattr(log_chunks, "IN_FLIGHT", 1)
+    monkeypatch.setattr(log_chunks, "_one_thread", lambda: True)  # pytest may run others
+    monkeypatch.setattr(log_chunks, "_cores", lambda: 2)
+    monkeypatch.setattr(log_chunks, "PARALLEL_BYTES", 0)
+    late = _read([path])
+    monkeypatch.chdir(tmp_path)
+    log_chunks.start_early(["analyze", "--format", "json", "rank0.log"])
+    early = log_chunks._early
+    assert early is not None
+    early.feeder.join(timeout=60)
+    assert len(early.pending) == len(early.work) > 2
+    assert _read([path]) == late
+    assert log_chunks._early is None
+
+
+def test_an_early_read_of_other_files_is_dropped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = tmp_path / "a.log", tmp_path / "b.log"
+    write_dense(first, 1 << 20)
+    write_dense(second, 1 << 20)
+    monkeypatch.setattr(log_chunks, "CHUNK", 128 << 10)
+    monkeypatch.setattr(log_chunks, "_one_thread", lambda: True)
+    monkeypatch.setattr(log_chunks, "_cores", lambda: 2)
+    monkeypatch.setattr(log_chunks, "PARALLEL_BYTES", 0)
+    log_chunks.start_early(["analyze", str(first)])
+    early = log_chunks._early
+    assert early is not None
+    assert _read([second]) == _read([second])
+    assert log_chunks._early is None
+    assert early.stop.is_set() and not early.feeder.is_alive()
+
+
+@pytest.mark.parametrize(
+    "argv", [["hang", "--pids", "1"], ["analyze"], ["analyze", "--format", "json", "-"]]
+)
+def test_no_pool_starts_early_without_a_log_to_read(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(log_chunks, "PARALLEL_BYTES", 0)
+    monkeypatch.setattr(log_chunks, "_one_thread", lambda: True)
+    log_chunks.start_early(argv)
+    assert log_chunks._early is None
+
+
+def test_the_cli_reads_a_big_log_early_and_a_usage_error_still_exits_at_once(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "rank3.log"
+    write_dense(path, log_chunks.PARALLEL_BYTES + (4 << 20))
+    with path.open("a") as log:
+        log.write(
+            "node1:4103:4112 [3] NCCL WARN Error while creating shared memory segment"
+            " /dev/shm/nccl-Ab12 (size 9637888)\n"
+        )
+    done = subprocess.run(
+        [*TRIAGE, "analyze", str(path), "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["hypotheses"][0]["cause_id"] == "comm.shm_exhausted"
+    started = time.monotonic()
+    wrong = subprocess.run(
+        [*TRIAGE, "analyze", str(path), "--no-such-option"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert wrong.returncode == 2 and "No such option" in wrong.stderr
+    assert time.monotonic() - started < 20

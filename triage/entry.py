@@ -1,7 +1,8 @@
 """The `triage` console script.
 
-It starts a live hang's py-spy dumps before importing the CLI (see
-`triage.readers.pyspy.start_early`): start-up is most of what on-call waits for.
+It starts a live hang's py-spy dumps, and the reading of big logs named on `analyze`'s
+command line, before importing the CLI (see `triage.readers.pyspy.start_early` and
+`triage.readers.log_chunks.start_early`): start-up is most of what on-call waits for.
 """
 
 from __future__ import annotations
@@ -13,6 +14,10 @@ from triage.readers import pyspy
 
 def main() -> None:
     pyspy.start_early(sys.argv[1:])
+    if sys.argv[1:2] == ["analyze"]:
+        from triage.readers import log_chunks
+
+        log_chunks.start_early(sys.argv[1:])
     from triage.cli import main as run_cli
 
     run_cli()

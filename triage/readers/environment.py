@@ -12,7 +12,6 @@ setting selects and what differs.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -50,14 +49,6 @@ PER_RANK = frozenset(
 )
 
 LOCAL_ADDRESSES = ("127.", "localhost", "::1")
-
-
-_VIRTUAL_IF = re.compile(r"^(?:docker|lo$|lo:|virbr|veth|br-|cali|cni|flannel)")
-
-
-def is_virtual_interface(name: str) -> bool:
-    """docker0, lo, virbr0, veth*, br-*, CNI bridges: interfaces that do not leave the host."""
-    return bool(_VIRTUAL_IF.match(name))
 
 
 def select_interfaces(spec: str, names: Iterable[str], *, exact_only: bool = False) -> list[str]:

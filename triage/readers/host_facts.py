@@ -29,7 +29,7 @@ from typing import Any, NamedTuple, TypeVar
 import psutil
 
 from triage.observations import EnvironmentFacts, Gpu, GpuProcess, IbPort, Interface, MasterCheck
-from triage.readers.environment import is_virtual_interface
+from triage.readers.net_interfaces import is_virtual_interface
 from triage.redact import is_secret_name
 from triage.text import bound_text, plural
 

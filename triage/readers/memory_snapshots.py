@@ -38,7 +38,7 @@ from triage.readers.logscan import file_origin
 from triage.readers.object_bounds import TooManyObjects, check_json
 from triage.readers.safe_pickle import MAX_PICKLE_BYTES, read_bounded
 from triage.readers.safe_pickle import load_untrusted as _load_pickle
-from triage.readers.signatures.memory import user_frame
+from triage.readers.stacks import user_frame
 
 MAX_JSON_BYTES = 256 << 20
 PEEK = 64 << 10

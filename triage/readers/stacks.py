@@ -68,6 +68,11 @@ def is_user_code(path: str) -> bool:
     return not (is_torch(path) or is_stdlib(path) or _SITE.search(path))
 
 
+def user_frame(frames: list[Frame]) -> Frame | None:
+    """The innermost Python frame of user code in a snapshot stack (C++ frames skipped)."""
+    return next((f for f in frames if f.file.endswith(".py") and is_user_code(f.file)), None)
+
+
 def _op_name(frame: Frame) -> str:
     """`_exception_logger.<locals>.wrapper` wraps c10d ops; the bare name is what matters."""
     return frame.function.rsplit(".", 1)[-1] if "." in frame.function else frame.function

@@ -20,8 +20,9 @@ Host OOM leaves fewer words: the kernel's OOM killer, a SIGKILLed worker,
 signatures (`elastic.*` in launcher.py); the rules read those, not copies here.
 
 What `read_memory` gathers from memory snapshots and `torch.cuda.memory_stats()`
-dumps is typed in triage/observations.py (MemoryDump, MemoryGrowth); `user_frame`
-below picks the user line of a snapshot stack for the tool and the rules alike.
+dumps is typed in triage/observations.py (MemoryDump, MemoryGrowth); `user_frame` in
+triage/readers/stacks.py picks the user line of a snapshot stack for the tool and the
+rules alike.
 
 Logs say the same in text. A `torch.cuda.memory_summary()` table (printed on OOM by
 users, fairseq and others) holds the allocator's counters; the scanner joins its rows
@@ -36,9 +37,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from triage.observations import Frame
 from triage.readers.signatures import parse_size, signature
-from triage.readers.stacks import is_user_code
 
 SIZE = r"[\d.]+ ?(?:bytes|[KMGT]iB)"
 
@@ -571,11 +570,3 @@ USAGE_SIGNALS = (
     "memory.torchtune_usage",
     "memory.summary",
 )
-
-
-# --- stacks of memory dumps (read_memory) ----------------------------------------------
-
-
-def user_frame(frames: list[Frame]) -> Frame | None:
-    """The innermost Python frame of user code in a snapshot stack (C++ frames skipped)."""
-    return next((f for f in frames if f.file.endswith(".py") and is_user_code(f.file)), None)

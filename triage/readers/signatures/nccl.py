@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from triage.readers.environment import is_virtual_interface
+from triage.readers.net_interfaces import is_virtual_interface
 from triage.readers.signatures import signature
 
 

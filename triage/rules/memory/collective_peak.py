@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from triage.models import Finding
-from triage.readers.signatures.memory import format_size, user_frame
+from triage.readers.signatures.memory import format_size
+from triage.readers.stacks import user_frame
 from triage.registry import EvidenceSet, rule
 from triage.rules.memory._oom_events import collective_frame, evidence_of, first_location
 from triage.rules.memory._oom_view import oom_view
