@@ -68,9 +68,22 @@ def test_escapes_beside_bare_quotes_are_the_text_itself(tmp_path: Path) -> None:
 
 
 def test_dress_comes_off_outermost_first() -> None:
-    dress = Dress(escaped=True, stamped=True, quoted=True, labelled=True, indent="    ")
+    dress = Dress(True, (("stamp", ""), ("quote", ""), ("label", ""), ("indent", "    ")))
     worn = "2024-05-01T10:00:00Z &gt; 3:     File &quot;train.py&quot;, line 7, in main"
-    assert dress.strip(worn) == 'File "train.py", line 7, in main'
+    assert dress.undress(worn) == 'File "train.py", line 7, in main'
+
+
+def test_a_quoted_log_in_an_indented_block_comes_off_in_its_order(tmp_path: Path) -> None:
+    """A report quotes its log (`> `) inside a code block: the indentation is outermost."""
+    log = tmp_path / "issue.md"
+    log.write_text(
+        '    >   File "env.py", line 27, in _init_dist_pytorch\n'
+        "    >     rank = int(os.environ['RANK'])\n"
+        "    > KeyError: 'RANK'\n"
+    )
+    dress = detect(log)
+    assert [piece for piece, _ in dress.pieces] == ["indent", "quote"]
+    assert dress.undress("    > KeyError: 'RANK'") == "KeyError: 'RANK'"
 
 
 def test_lines_cut_at_a_terminals_width_are_read_joined(tmp_path: Path) -> None:

@@ -34,32 +34,33 @@ _ESCAPES = re.compile(r"&(?:quot|lt|gt|#39|#x27);")
 _RAW = re.compile(r"[\"<>]")
 
 
+#: The pieces a line may wear around its text, by name; indentation is read per file.
+_PIECES = {"stamp": _STAMP, "quote": _QUOTE, "label": _LABEL}
+
+
 @dataclass(frozen=True)
 class Dress:
-    """The pieces every line of one file wears, outermost first."""
+    """What every line of one file wears: HTML escapes over the whole text, then pieces at
+    the line's start, outermost first (a timestamp before quote marks, or a code block's
+    indentation before them: a quoted log pasted into an indented block)."""
 
     escaped: bool = False
-    stamped: bool = False
-    quoted: bool = False
-    labelled: bool = False
-    indent: str = ""
+    #: (piece, indentation): a name of _PIECES, or "indent" with the whitespace it strips.
+    pieces: tuple[tuple[str, str], ...] = ()
 
     def __bool__(self) -> bool:
-        return self.escaped or self.stamped or self.quoted or self.labelled or bool(self.indent)
+        return self.escaped or bool(self.pieces)
 
-    def strip(self, line: str) -> str:
+    def undress(self, line: str) -> str:
         """The line as its program wrote it. (`srun --label`'s task number is not a rank
         when srun starts one launcher per node: it is dropped, not read.)"""
         if self.escaped:
             line = html.unescape(line)
-        if self.stamped:
-            line = _STAMP.sub("", line, count=1)
-        if self.quoted:
-            line = _QUOTE.sub("", line, count=1)
-        if self.labelled:
-            line = _LABEL.sub("", line, count=1)
-        if self.indent and line.startswith(self.indent):
-            line = line[len(self.indent) :]
+        for piece, indent in self.pieces:
+            if piece != "indent":
+                line = _PIECES[piece].sub("", line, count=1)
+            elif line.startswith(indent):
+                line = line[len(indent) :]
         return line
 
 
@@ -78,19 +79,26 @@ def detect(path: Path) -> Dress:
     if escaped:
         text = html.unescape(text)
     lines = [line for line in text.splitlines()[:HEAD_LINES] if line.strip()]
-    if len(lines) < 2:
+    if not lines:
         return Dress(escaped=escaped)
-    stamped = _worn(lines, _STAMP)
-    if stamped:
-        lines = [_STAMP.sub("", line, count=1) for line in lines]
-    quoted = _worn(lines, _QUOTE)
-    if quoted:
-        lines = [_QUOTE.sub("", line, count=1) for line in lines]
-    labelled = _worn(lines, _LABEL)
-    if labelled:
-        lines = [_LABEL.sub("", line, count=1) for line in lines]
-    indent = _common_indent([line for line in lines if line.strip()])
-    return Dress(escaped, stamped, quoted, labelled, indent)
+    pieces: list[tuple[str, str]] = []
+    while len(pieces) < 2 * len(_PIECES) + 1:  # each piece comes off once or twice at most
+        found = _outermost(lines)
+        if found is None:
+            break
+        pieces.append(found)
+        peeled = Dress(pieces=(found,))
+        lines = [line for line in map(peeled.undress, lines) if line.strip()]
+    return Dress(escaped, tuple(pieces))
+
+
+def _outermost(lines: list[str]) -> tuple[str, str] | None:
+    """The piece (nearly) every line starts with, or the indentation all of them share."""
+    for piece, pattern in _PIECES.items():
+        if _worn(lines, pattern):
+            return piece, ""
+    indent = _common_indent(lines)
+    return ("indent", indent) if indent else None
 
 
 def _worn(lines: list[str], piece: re.Pattern[str]) -> bool:

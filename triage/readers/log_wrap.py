@@ -9,7 +9,9 @@ terminal's usual width that end inside a word the next line finishes); joining e
 them with the line after it gives the log back. Lines that are merely long and alike (a
 run of NCCL COLL lines) have neighbours in length and in prefix, and tables (nvidia-smi's
 rows) end in a border: both are left alone. Only small files are looked at: pasted text,
-not a job's logs.
+not a job's logs. What a paste put around every piece (quote marks, a code block's
+indentation: `triage.readers.log_dress`) comes off first, so the pieces join as the
+program wrote them.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 from pathlib import Path
+
+from triage.readers.log_dress import detect
 
 #: Files above this are logs as the job wrote them, never a terminal's copy.
 MAX_BYTES = 16 << 20
@@ -42,7 +46,7 @@ def wrap_width(path: Path, size: int) -> int | None:
     except OSError:
         return None
     text = head.decode("utf-8", "replace")
-    lines = _lines(text if len(head) < HEAD_BYTES else text[: text.rfind("\n") + 1])
+    lines = _lines(text if len(head) < HEAD_BYTES else text[: text.rfind("\n") + 1], path)
     lengths = Counter(len(line) for line in lines)
     if not lengths:
         return None
@@ -90,7 +94,7 @@ def unwrap(path: Path, width: int, dest: Path) -> tuple[list[int], int]:
     out: list[str] = []
     pending = ""
     start = 0
-    lines = _lines(path.read_text(encoding="utf-8", errors="replace"))
+    lines = _lines(path.read_text(encoding="utf-8", errors="replace"), path)
     for number, line in enumerate(lines, 1):
         if not pending:
             start = number
@@ -107,9 +111,13 @@ def unwrap(path: Path, width: int, dest: Path) -> tuple[list[int], int]:
     return origin, len(lines)
 
 
-def _lines(text: str) -> list[str]:
+def _lines(text: str, path: Path) -> list[str]:
+    """The text's lines as their program wrote them: without CR and without the dress the
+    file's head shows."""
+    dress = detect(path)
     lines = [line.rstrip("\r") for line in text.split("\n")]
-    return lines[:-1] if lines and not lines[-1] else lines
+    lines = lines[:-1] if lines and not lines[-1] else lines
+    return [dress.undress(line) for line in lines] if dress else lines
 
 
 def _bordered(line: str) -> bool:

@@ -386,7 +386,7 @@ class _Reader:
 
     def _undress(self, worn: str) -> str:
         """A line without what the file's collector or paste put around every line."""
-        return self.dress.strip(worn) if self.dress else worn
+        return self.dress.undress(worn) if self.dress else worn
 
     def _split(self, worn: str) -> tuple[str, Origin]:
         """A line without the file's dress and the writer's prefixes, and its writer."""

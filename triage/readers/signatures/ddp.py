@@ -171,3 +171,13 @@ signature(
     summary="the training loop reports a NaN/Inf loss or gradient norm",
     extract=lambda found: {"value": (found["value"] or found["value2"] or "nan").lower()},
 )
+
+# DDP compares the module's parameters across ranks when it wraps it: a rank whose model
+# has other parameters (a rank-dependent layer, another checkpoint) stops it there.
+signature(
+    "ddp.model_differs",
+    r"DDP expects same model across all ranks|"
+    r"appears not to match (?:sizes|strides) of the same param in process \d+",
+    anchors=("DDP expects same model across all ranks", "appears not to match"),
+    summary="DDP found a rank whose model's parameters differ from rank 0's",
+)

@@ -159,6 +159,16 @@ signature(
     summary="one process used two GPUs in one operation: a rank's tensors are not on its device",
 )
 
+# DataParallel's check: the module is not on the first device of device_ids (the model was
+# wrapped before `.to(device)`, or part of it stayed on the CPU).
+signature(
+    "setup.module_off_device",
+    r"module must have its parameters and buffers on device (?P<expected>\S+) "
+    r"\(device_ids\[0\]\) but found one of them on device: (?P<found>\S+)",
+    anchors="module must have its parameters and buffers on device",
+    summary="DataParallel was given a module that is not on device_ids[0]",
+)
+
 # --- config.world_size_mismatch ----------------------------------------------------------
 
 signature(
@@ -292,6 +302,14 @@ signature(
 )
 
 # --- config.backend_device ---------------------------------------------------------------
+
+# A CPU-only build of torch asked for CUDA: no backend of this build serves the GPU.
+signature(
+    "setup.cpu_only_build",
+    r"Torch not compiled with CUDA enabled",
+    anchors="Torch not compiled with CUDA enabled",
+    summary="this torch is a CPU-only build: CUDA (and NCCL) are not in it",
+)
 
 signature(
     "setup.backend_unavailable",

@@ -24,6 +24,11 @@ _FIX_UNAVAILABLE = (
     "Linux and a CUDA GPU); check torch.cuda.is_available() and pick the backend from it "
     "(or dist.get_default_backend_for_device)."
 )
+_FIX_CPU_ONLY = (
+    "Install the CUDA build of torch that matches the driver (the cuXXX wheel from the"
+    " PyTorch index, `python -c 'import torch; print(torch.version.cuda)'` must not print"
+    " None), or run on the CPU with gloo."
+)
 _FIX_OP = (
     "Use an operation the backend implements (the support table in the torch.distributed "
     "docs): e.g. all_reduce + slice instead of reduce_scatter on old gloo, all_gather instead "
@@ -42,7 +47,8 @@ def backend_device(evidence: EvidenceSet) -> Iterator[Finding]:
     associated with device type cpu` and `Tensors must be CUDA and dense` (CPU tensors on
     an NCCL group); `ProcessGroupGloo does not support reduce_scatter`, `Backend gloo does
     not support ...`, `ProcessGroupGloo::<op>: unsupported device type`, `Cannot use
-    ReduceOp.PREMUL_SUM with Gloo`.
+    ReduceOp.PREMUL_SUM with Gloo`; weaker (0.6), `Torch not compiled with CUDA enabled` (a
+    CPU-only build of torch asked for the GPU).
 
     Why it happens:
     The backend is chosen for one device and the tensors live on another (metrics or
@@ -69,6 +75,9 @@ def backend_device(evidence: EvidenceSet) -> Iterator[Finding]:
         found.append(
             (0.9, "the backend is not available on this machine", unavailable, _FIX_UNAVAILABLE)
         )
+    cpu_only = signals(evidence, "setup.cpu_only_build")
+    if cpu_only and not unavailable:
+        found.append((0.6, "this torch is a CPU-only build", cpu_only, _FIX_CPU_ONLY))
     device = signals(evidence, "setup.no_backend_for_device", "setup.tensor_device")
     if device:
         kind = next(

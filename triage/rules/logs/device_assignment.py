@@ -49,7 +49,10 @@ def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
     weaker: NCCL's `invalid usage` result with no reason shown (its usual cause is two
     ranks on one GPU; NCCL_DEBUG=WARN prints the `Duplicate GPU` line); weaker still, one
     operation on tensors of two GPUs (`Expected all tensors to be on the same device, ...
-    cuda:0 and cuda:1`): a rank's model, batch or checkpoint is not on its own device.
+    cuda:0 and cuda:1`): a rank's model, batch or checkpoint is not on its own device;
+    DataParallel's `module must have its parameters and buffers on device cuda:N
+    (device_ids[0]) but found one of them on device: cpu` (0.75: the model was wrapped
+    before `.to(device)`).
 
     Why it happens:
     The script never calls torch.cuda.set_device, hard-codes cuda:0, indexes devices with
@@ -126,6 +129,18 @@ def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
                 busy,
                 ranks,
                 _FIX_BUSY,
+            )
+        )
+    off_device = signals(evidence, "setup.module_off_device")
+    if off_device:
+        first = off_device[0][1].fields
+        found.append(
+            (
+                0.75,
+                f"DataParallel got a module on {first['found']}, not on {first['expected']}",
+                off_device,
+                ranks_of(s for _, s in off_device),
+                _FIX_MIXED,
             )
         )
     mixed = signals(evidence, "setup.two_gpus_in_one_op")

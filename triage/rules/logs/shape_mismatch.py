@@ -14,7 +14,7 @@ from triage.rules.logs._hang_lines import (
     same_op_reports,
     unpaired_reports,
 )
-from triage.rules.logs._signals import ids
+from triage.rules.logs._signals import ids, ranks_of, signals
 from triage.rules.stacks.shape_mismatch import reshaped_call
 from triage.text import format_ranks, rank_label
 
@@ -36,7 +36,9 @@ def shape_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     different TensorShape or TensorDtypes (`Collectives differ in the following aspects:
     Tensor Tensor shapes: 4vs 5`), NCCL watchdog timeouts of one work with different
     NumelIn, or NCCL COLL lines of one opCount with different count or datatype; older
-    torch's DETAIL errors in which two or more ranks each call the same op inconsistent.
+    torch's DETAIL errors in which two or more ranks each call the same op inconsistent;
+    DDP's own check of the model across ranks (`DDP expects same model across all ranks`,
+    `appears not to match sizes of the same param in process 0`, 0.55).
 
     Why it happens:
     A tensor whose size depends on the rank's data: the last uneven batch, variable-length
@@ -64,6 +66,7 @@ def shape_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     if not candidates:
         yield from _same_op(evidence)
         yield from _reshaped(view)
+        yield from _models_differ(evidence)
         return
     best = max(candidates, key=_confidence)
     culprits = format_ranks(best.ranks)
@@ -93,6 +96,29 @@ def shape_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
 
 def _confidence(split: Split) -> float:
     return round(_TRUST[split.ledger.source] * (1.0 if split.decided else 0.85), 3)
+
+
+def _models_differ(evidence: EvidenceSet) -> Iterator[Finding]:
+    """DDP's check of the module across ranks failed: the broadcast of the parameters would
+    have met tensors of other sizes, so DDP stops first and says so."""
+    found = signals(evidence, "ddp.model_differs")
+    if not found:
+        return
+    ranks = ranks_of(s for _, s in found)
+    yield Finding(
+        title="the ranks built different models (DDP's parameter check failed)",
+        summary=f"DDP compared the model's parameters across ranks when it wrapped it and found"
+        f" them different (`{found[0][1].text[:160]}`): some rank has other layers or other"
+        " sizes, and the collectives that keep replicas in step cannot pair them.",
+        ranks=ranks,
+        location=hang_log(evidence).location(ranks),
+        confidence=0.55,
+        evidence=ids(found[:8]),
+        fix="Build the same model on every rank: no rank- or host-dependent layers or config"
+        " values, the same checkpoint (and strict loading) everywhere, and freezing or"
+        " resizing applied before DDP wraps the model on every rank alike.",
+        confirm="print sum(p.numel() for p in model.parameters()) on each rank before DDP",
+    )
 
 
 def _same_op(evidence: EvidenceSet) -> Iterator[Finding]:
