@@ -127,3 +127,31 @@ def test_one_long_line_cut_inside_a_word_is_joined(tmp_path: Path) -> None:
     whole = tmp_path / "whole.txt"
     whole.write_text("x" * 76 + "word\nNext line starts a sentence of its own.\n")
     assert wrap_width(whole, whole.stat().st_size) is None
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        # two long lines, one cut on the space before ` in _compare`
+        "config/megatron-ckpt-tp1-loaded-with-tp2",
+        # four NCCL lines whose rests are two characters short of the width
+        "hang/nccl-2-12-two-ranks-both-send-before-recv-on-concurrent-streams-hang",
+    ],
+)
+@pytest.mark.parametrize("quoted", [False, True], ids=["as-cut", "quoted-after-the-cut"])
+def test_cut_lines_join_however_the_cut_fell(tmp_path: Path, name: str, quoted: bool) -> None:
+    evidence, cause = case(name)
+    cut = DRESSES["cut-80"](evidence)
+    cut = DRESSES["quoted"](cut) if quoted else cut
+    log = tmp_path / "tmux.txt"
+    log.write_text(cut + "\n")
+    assert wrap_width(log, log.stat().st_size) is not None
+    assert top(tmp_path / "report", cut) == top(tmp_path / "plain", evidence) == cause
+
+
+def test_an_indented_line_after_a_long_one_is_not_its_rest(tmp_path: Path) -> None:
+    """A code block's next line starts with several spaces: that is not a cut's rest."""
+    log = tmp_path / "trace.txt"
+    first = '  File "/opt/conda/lib/python3.10/site-packages/torch/distributed/run.py", ln 1'
+    log.write_text(f"{first:<80}\n    main()\nRuntimeError: boom\n")
+    assert wrap_width(log, log.stat().st_size) is None

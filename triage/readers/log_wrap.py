@@ -5,7 +5,8 @@ into pieces of exactly the terminal's width: an NCCL line, a watchdog timeout or
 message then no longer holds its words in one line, and no signature reads it. Such a
 text shows several lines of one length, its longest, with hardly any a character or
 three shorter, each followed by a line that does not start as it did (or one or two at a
-terminal's usual width that end inside a word the next line finishes); joining each of
+terminal's usual width that end inside a word, or before a space, where the next line
+goes on); joining each of
 them with the line after it gives the log back. Lines that are merely long and alike (a
 run of NCCL COLL lines) have neighbours in length and in prefix, and tables (nvidia-smi's
 rows) end in a border: both are left alone. Only small files are looked at: pasted text,
@@ -55,9 +56,13 @@ def wrap_width(path: Path, size: int) -> int | None:
     if width < MIN_WIDTH or not cut:
         return None
     if len(cut) < MIN_CUT:  # one or two long lines: cut inside a word, at a terminal's width
-        inside = all(_inside_word(lines[n], lines[n + 1]) for n in cut)
+        inside = all(_continued(lines[n], lines[n + 1]) for n in cut)
         return width if width in TERMINAL_WIDTHS and inside else None
-    if sum(lengths[width - k] for k in (1, 2, 3)) >= len(cut):
+    pieces = {n + 1 for n in cut}  # what follows a cut line is its rest, whatever its length
+    near = sum(
+        1 for n, line in enumerate(lines) if width - 3 <= len(line) < width and n not in pieces
+    )
+    if near >= len(cut):
         return None  # lengths up to the widest: lines that are long, not cut
     if sum(1 for n in cut if _bordered(lines[n])) * 2 >= len(cut):
         return None  # a table: its rows are one length because they are drawn so
@@ -66,13 +71,15 @@ def wrap_width(path: Path, size: int) -> int | None:
     return width
 
 
-def _inside_word(line: str, following: str) -> bool:
-    """A cut that split a word: `enviro` / `nment variable ...`."""
+def _continued(line: str, following: str) -> bool:
+    """A cut that split a word (`enviro` / `nment variable ...`) or fell on the space
+    before one (`line 58,` / ` in _compare`): the next line goes on with the sentence."""
+    if _same_start(line, following):
+        return False
+    if following[:1] == " " and following[1:2].strip():
+        return not line.endswith(" ")
     return (
-        line[-1:].isalnum()
-        and following[:1].isalnum()
-        and following[:1].lower() == following[:1]
-        and not _same_start(line, following)
+        line[-1:].isalnum() and following[:1].isalnum() and following[:1].lower() == following[:1]
     )
 
 
