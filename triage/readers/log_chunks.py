@@ -88,8 +88,9 @@ def start_early(argv: list[str]) -> None:
 
     Only plain files named on the command line are read early (a folder's logs are chosen
     by the collector), only from a process with one thread (the workers are forked), and
-    only the first stretches: `scan_stretches` takes them over when it asks for the same
-    stretches of the same signature table, and ignores them otherwise.
+    only while the results waiting for the reader hold few lines (EARLY_LINES):
+    `scan_stretches` takes the pool over when it asks for the same stretches of the same
+    signature table, and shuts it down otherwise.
     """
     global _early
     if not argv or argv[0] != "analyze" or not _one_thread():
