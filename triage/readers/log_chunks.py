@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from triage.readers.log_prefilter import RangeScan, compile_table, scan_range
+from triage.readers.log_prefilter import RangeScan, Table, compile_table, scan_range
 
 if TYPE_CHECKING:
     from concurrent.futures import Future, ProcessPoolExecutor
@@ -70,7 +70,7 @@ def scan_stretches(files: Sequence[tuple[Path, int]]) -> Iterator[tuple[int, Ran
     work = [(index, s) for index, (path, size) in enumerate(files) for s in stretches(path, size)]
     early = _take_early([s for _, s in work])
     if early is not None:
-        yield from _drain(early, work)
+        yield from _drain(early.pool, early.pending, early.cores, work)
         return
     cores = _cores()
     total = sum(size for _, size in files)
@@ -128,7 +128,7 @@ class _Early:
     results hold stays under EARLY_LINES."""
 
     work: list[Stretch]
-    table: object
+    table: Table
     pool: ProcessPoolExecutor
     pending: deque[Future[RangeScan]]
     cores: int
@@ -229,27 +229,31 @@ def _pooled(work: list[tuple[int, Stretch]], cores: int) -> Iterator[tuple[int, 
     """Scan the stretches on a pool, yielding in order; falls back to this process where a
     pool cannot start. The DFA is compiled first, so forked workers share it."""
     compile_table()
-    pool = _fork_pool(cores)
-    yield from _drain(_Early([s for _, s in work], None, pool, deque(), cores), work)
+    yield from _drain(_fork_pool(cores), deque(), cores, work)
 
 
-def _drain(run: _Early, work: list[tuple[int, Stretch]]) -> Iterator[tuple[int, RangeScan]]:
-    """Results in order from a pool that has the first `len(run.pending)` stretches in
-    flight, keeping at most IN_FLIGHT per process; what the pool cannot finish is read in
-    this process."""
+def _drain(
+    pool: ProcessPoolExecutor,
+    pending: deque[Future[RangeScan]],
+    cores: int,
+    work: list[tuple[int, Stretch]],
+) -> Iterator[tuple[int, RangeScan]]:
+    """Results in order from a pool that has the first `len(pending)` stretches in flight,
+    keeping at most IN_FLIGHT per process; what the pool cannot finish is read in this
+    process."""
     from concurrent.futures.process import BrokenProcessPool
 
     done = 0
-    submitted = len(run.pending)
+    submitted = len(pending)
     try:
-        with run.pool as pool:
+        with pool:
             for _, s in work[submitted:]:
-                run.pending.append(pool.submit(scan_range, s.path, s.start, s.end))
-                if len(run.pending) >= run.cores * IN_FLIGHT:
-                    yield work[done][0], run.pending.popleft().result()
+                pending.append(pool.submit(scan_range, s.path, s.start, s.end))
+                if len(pending) >= cores * IN_FLIGHT:
+                    yield work[done][0], pending.popleft().result()
                     done += 1
-            while run.pending:
-                yield work[done][0], run.pending.popleft().result()
+            while pending:
+                yield work[done][0], pending.popleft().result()
                 done += 1
     except (OSError, BrokenProcessPool, RuntimeError):
         for index, s in work[done:]:

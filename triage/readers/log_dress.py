@@ -74,7 +74,12 @@ def detect(path: Path) -> Dress:
             head = handle.read(HEAD_BYTES)
     except OSError:
         return NAKED
-    text = head.decode("utf-8", "replace")
+    return dress_of(head.decode("utf-8", "replace"))
+
+
+def dress_of(text: str) -> Dress:
+    """The dress of a text from its first HEAD_BYTES (a file's head, already read)."""
+    text = text[:HEAD_BYTES]
     escaped = _ESCAPES.search(text) is not None and not _RAW.search(text)
     if escaped:
         text = html.unescape(text)

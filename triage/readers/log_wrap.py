@@ -21,7 +21,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from triage.readers.log_dress import detect
+from triage.readers.log_dress import dress_of
 
 #: Files above this are logs as the job wrote them, never a terminal's copy.
 MAX_BYTES = 16 << 20
@@ -47,7 +47,7 @@ def wrap_width(path: Path, size: int) -> int | None:
     except OSError:
         return None
     text = head.decode("utf-8", "replace")
-    lines = _lines(text if len(head) < HEAD_BYTES else text[: text.rfind("\n") + 1], path)
+    lines = _lines(text if len(head) < HEAD_BYTES else text[: text.rfind("\n") + 1])
     lengths = Counter(len(line) for line in lines)
     if not lengths:
         return None
@@ -101,7 +101,7 @@ def unwrap(path: Path, width: int, dest: Path) -> tuple[list[int], int]:
     out: list[str] = []
     pending = ""
     start = 0
-    lines = _lines(path.read_text(encoding="utf-8", errors="replace"), path)
+    lines = _lines(path.read_text(encoding="utf-8", errors="replace"))
     for number, line in enumerate(lines, 1):
         if not pending:
             start = number
@@ -118,10 +118,10 @@ def unwrap(path: Path, width: int, dest: Path) -> tuple[list[int], int]:
     return origin, len(lines)
 
 
-def _lines(text: str, path: Path) -> list[str]:
-    """The text's lines as their program wrote them: without CR and without the dress the
-    file's head shows."""
-    dress = detect(path)
+def _lines(text: str) -> list[str]:
+    """The text's lines as their program wrote them: without CR and without the dress its
+    head shows."""
+    dress = dress_of(text)
     lines = [line.rstrip("\r") for line in text.split("\n")]
     lines = lines[:-1] if lines and not lines[-1] else lines
     return [dress.undress(line) for line in lines] if dress else lines
