@@ -46,3 +46,18 @@ def test_the_message_names_its_cause(tmp_path: Path, line: str, cause: str, rule
     top = analyze_files(tmp_path, {"rank1.log": f"[rank1]:{line}\n"}).hypotheses[0]
     assert (top.cause_id, top.rule_id) == (cause, rule)
     assert 0.5 <= top.confidence < 0.8
+
+
+def test_the_launchs_advice_to_read_local_rank_is_not_a_missing_variable(tmp_path: Path) -> None:
+    """torch.distributed.launch's deprecation warning quotes `os.environ['LOCAL_RANK']`; with
+    an unrelated traceback below it, the quote is no variable read by the failing code."""
+    log = (
+        "If your script expects `--local_rank` argument to be set, please\n"
+        "change it to read from `os.environ['LOCAL_RANK']` instead. See \n"
+        "Traceback (most recent call last):\n"
+        '  File "/opt/train.py", line 12, in <module>\n'
+        "    x = load()\n"
+        "ValueError: bad shard count\n"
+    )
+    report = analyze_files(tmp_path, {"rank0.log": log})
+    assert all(h.cause_id != "config.env_missing" for h in report.hypotheses)

@@ -45,3 +45,48 @@ def test_with_an_oom_the_shared_gpu_is_the_likely_cause(tmp_path: Path) -> None:
 def test_empty_contexts_on_every_gpu_are_no_shared_device(tmp_path: Path) -> None:
     report = analyze_files(tmp_path, {"nvidia-smi.txt": EMPTY_CONTEXTS})
     assert "oom.same_device" not in [h.cause_id for h in report.hypotheses]
+
+
+def table(rows: list[tuple[int, int, int]]) -> str:
+    return "".join(
+        f"|    {gpu}     {pid}      C   /usr/bin/python3.6          {mib:>8}MiB |\n"
+        for gpu, pid, mib in rows
+    )
+
+
+def test_ranks_with_one_context_each_beside_the_gpus_own_rank_share_it(tmp_path: Path) -> None:
+    rows = [(0, 62250, 4903), (0, 62251, 725), (0, 62252, 725), (0, 62253, 731)]
+    top = analyze_files(tmp_path, {"smi.txt": table(rows)}).hypotheses[0]
+    assert (top.cause_id, top.confidence) == ("oom.same_device", 0.45)
+    assert "beside process 62250, 3 of them hold the same 731 MiB each" in top.summary
+
+
+def test_processes_of_different_sizes_on_one_gpu_are_no_contexts(tmp_path: Path) -> None:
+    rows = [(0, 62250, 4903), (0, 62251, 725), (0, 62252, 1900), (0, 62253, 300)]
+    report = analyze_files(tmp_path, {"smi.txt": table(rows)})
+    assert "oom.same_device" not in [h.cause_id for h in report.hypotheses]
+
+
+PS_STOPPED = (
+    "alice     1395  1.7 14.4 89506440 28604880 pts/2 {state} May25 147:37 python train.py\n"
+)
+
+
+def test_a_stopped_process_holding_the_gpu_is_another_processs_memory(tmp_path: Path) -> None:
+    text = table([(0, 1395, 25081)]) + PS_STOPPED.format(state="Tl")
+    top = analyze_files(tmp_path, {"smi.txt": text}).hypotheses[0]
+    assert (top.cause_id, top.rule_id, top.confidence) == (
+        "oom.other_process",
+        "logs.stopped_gpu_holder",
+        0.6,
+    )
+    assert "state Tl (stopped, owned by alice)" in top.summary
+
+
+def test_a_running_or_unlisted_process_is_no_stopped_holder(tmp_path: Path) -> None:
+    running = table([(0, 1395, 25081)]) + PS_STOPPED.format(state="Rl")
+    elsewhere = table([(0, 1396, 25081)]) + PS_STOPPED.format(state="T")
+    for name, text in (("running", running), ("elsewhere", elsewhere)):
+        (tmp_path / name).mkdir()
+        report = analyze_files(tmp_path / name, {"smi.txt": text})
+        assert "logs.stopped_gpu_holder" not in [h.rule_id for h in report.hypotheses], name

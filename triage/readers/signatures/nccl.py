@@ -470,6 +470,17 @@ signature(
     "build older than the GPU)",
 )
 
+# NCCL's topology code returns ncclInternalError when the machine it reads (from /sys and
+# its XML) holds links or attributes it cannot model: a release older than the GPUs or NICs,
+# or devices hidden from the process unevenly (a container, HIP/ROCR visibility).
+signature(
+    "nccl.topology_unmodelled",
+    r"(?P<what>Failed to find reverse path from remNode \S+ nlinks \d+ to node \S+"
+    r"|Attribute \S+ of node \S+ not found)",
+    anchors=("Failed to find reverse path from remNode", "of node"),
+    summary="NCCL's topology search met links or attributes it cannot model (ncclInternalError)",
+)
+
 signature(
     "nccl.undefined_symbol",
     r"undefined symbol: (?P<symbol>nccl\w+)",

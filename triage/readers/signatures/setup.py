@@ -99,7 +99,8 @@ signature(
 
 signature(
     "setup.env_read",
-    r"(?:os\.environ\[|_env_error\()[\"'](?P<variable>"
+    # not torch.distributed.launch's advice to "read from `os.environ['LOCAL_RANK']` instead"
+    r"(?<!read from `)(?:os\.environ\[|_env_error\()[\"'](?P<variable>"
     + "|".join(LAUNCHER_VARIABLES)
     + "|"
     + "|".join(f"{p}\\w+" for p in _VARIABLE_PREFIXES)

@@ -28,3 +28,22 @@ signature(
         "mib": int(found["mib"]),
     },
 )
+
+# `ps aux`'s row of a stopped (T) or zombie (Z) process, as reports paste it beside the table
+# above: USER PID %CPU %MEM VSZ RSS TTY STAT START TIME COMMAND. A stopped process keeps its
+# GPU memory until it is continued or killed; its state is the only literal on the row.
+_STOPPED_STATES = ("T", "Tl", "T+", "Ts", "Tsl", "Tl+", "Z", "Zl", "Z+", "Zs")
+
+signature(
+    "ps.stopped_process",
+    r"^(?P<user>[\w.@-]+)\s+(?P<pid>\d+)\s+\d+(?:\.\d+)?\s+\d+(?:\.\d+)?\s+\d+\s+\d+\s+\S+\s+"
+    r"(?P<state>[TZ][a-zA-Z<+]*)\s+\S+\s+\d+:\d\d\s+(?P<command>\S.*?)\s*$",
+    anchors=tuple(f" {state} " for state in _STOPPED_STATES),
+    summary="`ps aux`'s row of a stopped (state T) or zombie (Z) process",
+    extract=lambda found: {
+        "pid": int(found["pid"]),
+        "user": found["user"],
+        "state": found["state"],
+        "command": found["command"][:160],
+    },
+)

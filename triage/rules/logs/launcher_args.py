@@ -3,12 +3,13 @@ or the script wants arguments the launcher no longer passes."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from triage.models import Finding, Location
-from triage.observations import LogSignal
+from triage.observations import LogSignal, TracebackRecord
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._signals import Signal, ids, ranks_of, signals
+from triage.rules.logs._signals import Signal, ids, ranks_of, signals, tracebacks
 from triage.text import rank_label
 
 _ARGPARSE = (
@@ -26,6 +27,17 @@ _FIX_REQUIRED = (
     "argument optional with `default=int(os.environ.get('LOCAL_RANK', 0))`, or read "
     "os.environ['LOCAL_RANK'] directly."
 )
+#: The launchers' own command-line handling: an exception raised here is the launch command's.
+_LAUNCHER_CODE = re.compile(
+    r"torch/distributed/(?:run|launch)\.py$|deepspeed/launcher/\w+\.py$"
+    r"|accelerate/commands/(?:launch|accelerate_cli)\.py$"
+)
+_FIX_OWN = (
+    "Give the launcher the values it expects, in its own options before the script name: "
+    "--nproc-per-node a number (or gpu, cpu, auto), --nnodes N or MIN:MAX; a wrapper script "
+    "(dist_train.sh CONFIG GPUS ...) takes its positional arguments in order, so the GPU count "
+    "must come right after the config."
+)
 _FIX_OTHER = (
     "Make the launch command and the script's argument parser agree: every argument after the "
     "script name goes to the script, launcher options (--nproc-per-node, --master-port, ...) "
@@ -40,7 +52,9 @@ def launcher_args(evidence: EvidenceSet) -> Iterator[Finding]:
     What it detects:
     argparse's `error: unrecognized arguments: --local-rank=0` (or `--local_rank=0`),
     `error: the following arguments are required: --local_rank`, transformers'
-    `Some specified arguments are not used by the HfArgumentParser: [...]`; supported by
+    `Some specified arguments are not used by the HfArgumentParser: [...]`; an exception
+    raised in the launcher's own code (torchrun's `int(nproc_per_node)` given `--work-dir`
+    by a wrapper script's shifted arguments); supported by
     the `torch.distributed.launch is deprecated` warning and by every worker exiting with
     code 2 (argparse's usage error) right away.
 
@@ -108,6 +122,24 @@ def launcher_args(evidence: EvidenceSet) -> Iterator[Finding]:
             confirm="the workers' stderr shows argparse's usage line and error before any training output",
         )
         return
+    own = [(e, t) for e, t in tracebacks(evidence, dumps=False) if _launchers_own(t)]
+    if own:
+        raised = own[0][1]
+        frame = raised.frames[0]
+        yield Finding(
+            title="the launcher rejected its own command line",
+            summary=f"{raised.exception}: {raised.message[:160]} raised in the launcher's own"
+            f" {frame.function}() ({frame.file.rsplit('/', 1)[-1]}:{frame.line}), before any"
+            " worker started.",
+            ranks=[],
+            location=frame.location(),
+            confidence=0.6,
+            evidence=ids([*own, *deprecated])[:12],
+            fix=_FIX_OWN,
+            confirm="the launch command (a wrapper script's positional arguments: the GPU count,"
+            " --nproc-per-node) holds the value the message quotes",
+        )
+        return
     if exits:
         ranks = ranks_of(s for _, s in exits)
         who = rank_label(ranks).capitalize() if ranks else "Workers"
@@ -121,6 +153,16 @@ def launcher_args(evidence: EvidenceSet) -> Iterator[Finding]:
             fix=_FIX_EXTRA,
             confirm="the workers' own stderr shows `error: unrecognized arguments` or a usage line",
         )
+
+
+def _launchers_own(record: TracebackRecord) -> bool:
+    """An ordinary exception (not a worker's failure the launcher reports) raised in the
+    launcher's own code: its argument handling."""
+    return (
+        bool(record.frames)
+        and record.exception in ("ValueError", "TypeError", "KeyError", "AssertionError")
+        and _LAUNCHER_CODE.search(record.frames[0].file) is not None
+    )
 
 
 def _script(signal: LogSignal) -> Location | None:

@@ -20,7 +20,9 @@ def smi_shared_gpu(evidence: EvidenceSet) -> Iterator[Finding]:
     nvidia-smi's table pasted into a report: its GPU rows (index and bus id) and its
     process rows (GPU, pid, name, memory). Two or more processes of the same program
     holding memory (100 MiB or more) on one GPU, and either a GPU of the table without any
-    of them, or some of them holding memory on their own GPU too.
+    of them, some of them holding memory on their own GPU too, or all but one of them
+    holding the same small amount (a context each, under 2 GiB) beside one that holds
+    more than twice as much (the GPU's own rank).
 
     Why it happens:
     The ranks never chose their own device: no torch.cuda.set_device(local_rank), a
@@ -58,7 +60,8 @@ def smi_shared_gpu(evidence: EvidenceSet) -> Iterator[Finding]:
     gpus = {int(s.fields["gpu"]) for _, s in signals(evidence, "smi.gpu_row")}
     idle = sorted(gpus - set(by_gpu))
     visiting = sorted(pid for pid, on in by_pid.items() if crowded in on and len(on) > 1)
-    if not idle and not visiting:
+    guests = _guests(by_gpu[crowded])
+    if not idle and not visiting and not guests:
         return
     held = sum(int(s.fields["mib"]) for _, s in by_gpu[crowded])
     count = len(by_gpu[crowded])
@@ -67,6 +70,13 @@ def smi_shared_gpu(evidence: EvidenceSet) -> Iterator[Finding]:
             f"process{'es' if len(visiting) > 1 else ''} {', '.join(map(str, visiting))} also"
             f" hold{'s' if len(visiting) == 1 else ''} memory on GPU {crowded} besides"
             " their own GPU: each rank made a context or tensors on it"
+        )
+    elif guests:
+        host, mib = guests
+        why = (
+            f"beside process {host}, {count - 1} of them hold the same {mib:,} MiB each, the"
+            " footprint of a CUDA context (and what was restored onto it): the other ranks made"
+            f" a context on GPU {crowded} besides their own"
         )
     else:
         why = (
@@ -90,6 +100,24 @@ def smi_shared_gpu(evidence: EvidenceSet) -> Iterator[Finding]:
 #: Memory a process's row must show to count: every CUDA process of a host may appear on
 #: every GPU with a few MiB of context (NCCL, a barrier before set_device) or none at all.
 _HELD_MIB = 100
+
+
+#: The most a visiting rank's context (and what it restored there) holds: a rank's own
+#: GPU holds its model, optimizer and activations, far more.
+_CONTEXT_MIB = 2048
+
+
+def _guests(rows: list[Signal]) -> tuple[int, int] | None:
+    """(the host's pid, the guests' MiB) when every process on a GPU but the largest holds
+    the same small amount (within 10%), the largest more than twice that: one rank's GPU
+    that the other ranks each made a context on."""
+    if len(rows) < 3:
+        return None
+    ordered = sorted(rows, key=lambda item: int(item[1].fields["mib"]), reverse=True)
+    host, rest = ordered[0][1].fields, [int(s.fields["mib"]) for _, s in ordered[1:]]
+    if max(rest) > _CONTEXT_MIB or max(rest) > 1.1 * min(rest) or host["mib"] <= 2 * max(rest):
+        return None
+    return int(host["pid"]), max(rest)
 
 
 def _holds(item: Signal) -> bool:

@@ -22,7 +22,10 @@ def version_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     insufficient for CUDA runtime version`; torch's `NVIDIA driver on your system is too
     old`; `undefined symbol: nccl...` (a torch build linked against another libnccl); NCCL
     bootstrap `Message truncated` (peers speak different NCCL protocols); NCCL's `Cuda
-    failure 'named symbol not found'` or `no kernel image` (its kernels predate the GPU).
+    failure 'named symbol not found'` or `no kernel image` (its kernels predate the GPU);
+    weaker, NCCL's topology search failing (`Failed to find reverse path from remNode`,
+    `Attribute busid of node nic not found`): a release older than the machine, or devices
+    hidden unevenly.
 
     Why it happens:
     Nodes with different container images or environments (pip nvidia-nccl-cu* wheels vs a
@@ -84,6 +87,15 @@ _ARCH = (
 )
 
 
+_TOPOLOGY = (
+    "Run an NCCL release that knows this hardware (torch's own nvidia-nccl-cu* wheel, or the "
+    "release notes' first version for the GPU/NIC generation) instead of an older one bundled "
+    "in the image; if the version is recent, compare the devices the process sees "
+    "(CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES rather than ROCR_VISIBLE_DEVICES on ROCm, a "
+    "container's /sys) with the host's, and unset NCCL_TOPO_FILE."
+)
+
+
 def _findings(view: CommView) -> list[Found]:
     found: list[Found] = []
     by_version: dict[str, list[Signal]] = {}
@@ -119,6 +131,17 @@ def _findings(view: CommView) -> list[Found]:
                 "build predates the GPU's architecture",
                 arch,
                 _ARCH,
+            )
+        )
+    topology = view.of("nccl.topology_unmodelled")
+    if topology:
+        found.append(
+            (
+                0.4,
+                "NCCL's topology search failed: its release may predate this machine's GPUs or"
+                " NICs, or devices are hidden from the process unevenly",
+                topology,
+                _TOPOLOGY,
             )
         )
     truncated = view.of("nccl.message_truncated")
