@@ -220,6 +220,22 @@ def test_container_pid_is_recognised_as_this_process(tmp_path: Path) -> None:
     assert "oom.other_process" not in causes(report)
 
 
+# meta-pytorch/torchtune#2071: NVML cannot see the process from inside its container and
+# reports "0 bytes", less than the 22.61 GiB its own allocator reserved.
+UNSEEN_SELF = (
+    "[rank5]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB. GPU 5 has"
+    " a total capacity of 23.43 GiB of which 210.06 MiB is free. Including non-PyTorch memory,"
+    " this process has 0 bytes memory in use. Of the allocated memory 22.41 GiB is allocated by"
+    " PyTorch, and 206.09 MiB is reserved by PyTorch but unallocated.\n"
+)
+
+
+def test_a_process_nvml_cannot_see_is_not_memory_held_elsewhere(tmp_path: Path) -> None:
+    report = run_oom(tmp_path, {"train.log": UNSEEN_SELF})
+    assert top(report).cause_id == "oom.capacity"
+    assert "oom.other_process" not in causes(report)
+
+
 def test_fragmentation_beats_capacity_and_both_say_what_separates_them(tmp_path: Path) -> None:
     report = run_oom(tmp_path, {"train.log": FRAGMENTED})
     found = causes(report)

@@ -95,3 +95,15 @@ signature(
     summary="a DTensor's placements differ from what the op or the plan expects",
     extract=_placements,
 )
+
+# --- wrong.seeding -----------------------------------------------------------------------
+
+# Lightning's seed_everything prints the seed per rank: `[rank: 1] Global seed set to 0`
+# (Lightning < 2.1), `[rank: 1] Seed set to 0` (later).
+signature(
+    "seed.rank_seed",
+    r"\[rank: (?P<rank>\d+)\] (?:Global seed|Seed) set to (?P<seed>-?\d+)",
+    anchors=("Global seed set to", "Seed set to"),
+    summary="Lightning's seed_everything: the seed one rank set for every RNG",
+    extract=lambda found: {"rank": int(found["rank"]), "seed": int(found["seed"])},
+)

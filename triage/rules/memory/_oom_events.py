@@ -104,15 +104,18 @@ class OomNumbers:
             for p in fields.get("processes") or []
             if isinstance(p, dict) and isinstance(p.get("used"), int)
         ]
+        reserved, own = number("reserved"), number("this_process")
+        if own is not None and reserved is not None and own < reserved:
+            own = None  # NVML did not see the process (a container's pid namespace): "0 bytes"
         return cls(
             requested=number("requested"),
             device=number("device"),
             capacity=number("capacity"),
             free=number("free"),
             allocated=number("allocated"),
-            reserved=number("reserved"),
+            reserved=reserved,
             unallocated=number("unallocated"),
-            this_process=number("this_process"),
+            this_process=own,
             processes=processes,
         )
 
