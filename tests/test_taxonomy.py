@@ -29,9 +29,6 @@ def test_cause_ids_are_family_dot_name() -> None:
 
 #: Causes no rule names, and why: the model may still name them, a person reads them.
 WITHOUT_A_RULE = {
-    "wrong.seeding": "no log, dump or snapshot shows it: ranks that share a seed where they"
-    " must differ (or the reverse) print nothing, and the probe records no RNG state or data"
-    " order; a probe-side check (per-rank RNG state and batch checksums) would be the evidence",
     "wrong.reduction_scaling": "no library reports sum-vs-mean or world-size scaling, and"
     " gradients that are consistently scaled look healthy on every rank; it needs a run at two"
     " world sizes to compare, which no evidence source holds",
