@@ -338,6 +338,8 @@ MEGATRON_NAN = (
 TORCHVISION_NAN = "Loss is nan, stopping training"
 OPENNMT_NAN = "RuntimeError: Model diverged with loss = NaN."
 FP16_SCALE_DOWN = "Found NaN, decreased lg_loss_scale to 19.0"
+APEX_SCALE_ZERO = "Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 0.0"
+APEX_SCALE_DOWN = "Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 32768.0"
 HEALTHY = "[rank0]: step 100 | loss 2.3456 | grad_norm 1.02 | lr 3.000e-04"
 
 
@@ -452,6 +454,7 @@ def names(line: str) -> dict[str, dict[str, object]]:
         (ANOMALY.splitlines()[-1], "nan.anomaly", {"function": "SqrtBackward0", "value": "nan"}),
         (CLIP, "nan.nonfinite_grad_norm", {"order": "2.0"}),
         (DEEPSPEED_SCALE, "nan.loss_scale_floor", {}),
+        (APEX_SCALE_ZERO, "nan.loss_scale_floor", {"below_one": "0.0"}),
         (MEGATRON_NAN, "nan.rank_check", {"rank": "11", "found": "NaN"}),
         (DETECTRON.splitlines()[0], "nan.floating_point_error", {}),
         (DETECTRON.splitlines()[1], "nan.loss_value", {"metric": "loss_cls", "value": "nan"}),
@@ -469,7 +472,14 @@ def test_signature_variants(line: str, signature: str, fields: dict[str, object]
 
 @pytest.mark.parametrize(
     "line",
-    [HEALTHY, FP16_SCALE_DOWN, FIND_UNUSED_WARNING, "| loss          | 0.185    |", "lr=inference"],
+    [
+        HEALTHY,
+        FP16_SCALE_DOWN,
+        APEX_SCALE_DOWN,
+        FIND_UNUSED_WARNING,
+        "| loss          | 0.185    |",
+        "lr=inference",
+    ],
 )
 def test_healthy_lines_match_no_config_ddp_or_nan_signature(line: str) -> None:
     own = [n for n in names(line) if n.split(".")[0] in ("setup", "ddp", "nan")]
@@ -727,7 +737,8 @@ def test_anomaly_mode_names_the_op_and_the_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", [CLIP, DETECTRON, DEEPSPEED_SCALE, MEGATRON_NAN, TORCHVISION_NAN, OPENNMT_NAN]
+    "text",
+    [CLIP, DETECTRON, DEEPSPEED_SCALE, APEX_SCALE_ZERO, MEGATRON_NAN, TORCHVISION_NAN, OPENNMT_NAN],
 )
 def test_nan_variants(tmp_path: Path, text: str) -> None:
     verdict = top(analyze_files(tmp_path, {"train.log": text}))

@@ -14,6 +14,7 @@ CRASHES = {
     "segfault": "Segmentation fault (core dumped)",
     "abort": "terminate called after throwing an instance of 'c10::Error'",
     "python": "Fatal Python error: Segmentation fault",
+    "loader": "ERROR: Unexpected segmentation fault encountered in worker.",
     "cuda": "RuntimeError: CUDA error: an illegal memory access was encountered",
     "assert": "/pytorch/aten/src/ATen/native/cuda/IndexKernel.cu:92: operator(): block:"
     " [0,0,0], thread: [0,0,0] Assertion `-sizes[i] <= index && index < sizes[i] &&"

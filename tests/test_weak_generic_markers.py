@@ -103,3 +103,16 @@ def test_the_data_loaders_own_descriptor_error_is_not_a_socket(tmp_path: Path) -
     )
     report = analyze_files(tmp_path, {"rank0.log": line})
     assert all(h.cause_id != "comm.unknown" for h in report.hypotheses)
+
+
+def test_a_rank_that_passed_the_monitored_barrier_names_no_culprit(tmp_path: Path) -> None:
+    """The line is rank 3's report about rank 0, the barrier's coordinator: it is no failure
+    of its own, and the ranks that never arrived are in rank 0's log."""
+    line = (
+        "RuntimeError: Rank 3 successfully reached monitoredBarrier, but received errors while"
+        " waiting for send/recv from rank 0. Please check rank 0 logs for faulty rank."
+    )
+    report = analyze_files(tmp_path, {"train.log": line})
+    assert all("failed on its own" not in h.summary for h in report.hypotheses)
+    timeout = next(h for h in report.hypotheses if h.cause_id == "hang.collective_timeout")
+    assert "rank 0's log names the ranks that never arrived" in timeout.summary

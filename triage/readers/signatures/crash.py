@@ -28,11 +28,15 @@ def _fields(found: re.Match[str]) -> dict[str, Any]:
 signature(
     "process.crashed",
     r"(?P<how>Segmentation fault|core dumped|Bus error|Illegal instruction|"
+    # a DataLoader worker's own handler (its bus error is shared memory: shm.dataloader_bus_error)
+    r"Unexpected (?:segmentation fault|floating-point exception) encountered in worker|"
     r"Floating point exception|Fatal Python error: [A-Z][\w ]*|"
     r"terminate called after throwing an instance of '?[\w:]*'?|"
     r"caught (?:SIGSEGV|SIGBUS|SIGILL|SIGFPE)|received signal (?:SIGSEGV|SIGBUS|SIGILL|SIGFPE))",
     anchors=(
         "Segmentation fault",
+        "segmentation fault encountered in worker",
+        "floating-point exception encountered in worker",
         "core dumped",
         "Bus error",
         "Illegal instruction",

@@ -87,8 +87,14 @@ signature(
 
 signature(
     "nan.loss_scale_floor",
-    r"Current loss scale already at minimum|Minimum loss scale reached \((?P<scale>[\d.e-]+)\)",
-    anchors=("Current loss scale already at minimum", "Minimum loss scale reached"),
+    r"Current loss scale already at minimum|Minimum loss scale reached \((?P<scale>[\d.e-]+)\)"
+    # apex's scaler halving below 1: every step overflows (healthy runs settle in the thousands)
+    r"|reducing loss scale to (?P<below_one>0(?:\.\d+)?|\d(?:\.\d+)?e-\d+)\b",
+    anchors=(
+        "Current loss scale already at minimum",
+        "Minimum loss scale reached",
+        "reducing loss scale to ",
+    ),
     summary="the fp16 loss scaler kept finding Inf/NaN gradients until it gave up",
 )
 

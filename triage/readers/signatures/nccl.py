@@ -284,6 +284,15 @@ signature(
     extract=_connect,
 )
 
+# NCCL's socket() on the interface it chose fails with EAFNOSUPPORT: an IPv6 address picked
+# in a container or kernel without IPv6 (or no IP interface at all inside the container).
+signature(
+    "nccl.socket_family",
+    r"Socket creation failed\s*:\s*Address family not supported by protocol",
+    anchors="Address family not supported by protocol",
+    summary="NCCL cannot open a socket of the address family of the interface it chose",
+)
+
 signature(
     "nccl.no_interface",
     r"(?:no socket interface found|No usable listening interface found"

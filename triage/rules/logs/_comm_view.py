@@ -65,6 +65,7 @@ SPECIFIC = frozenset(
         "shm.torch_file",
         "shm.dataloader_bus_error",
         "nccl.no_interface",
+        "nccl.socket_family",
         "nccl.connect_failed",
         "gloo.no_address",
         "gloo.loopback_fallback",
@@ -105,7 +106,7 @@ PEER_TEXT = re.compile(
     r"Connection closed by (?:remote )?peer|Connection reset by peer|ncclRemoteError|"
     r"remote process exited or there was a network error|[Bb]roken pipe|got 0 bytes|"
     r"remote worker crashing|RendezvousClosedError|unexpected exit of a remote peer|"
-    r"Horovod has been shut down"
+    r"Horovod has been shut down|received errors while waiting for send/recv from rank"
 )
 
 #: Text of a timeout: a symptom of a stall or a missing peer, whose cause lies elsewhere.

@@ -33,7 +33,9 @@ def collective_timeout(evidence: EvidenceSet) -> Iterator[Finding]:
     What it detects:
     NCCL watchdog timeouts (`Watchdog caught collective operation timeout: WorkNCCL(...)`,
     `Timeout at NCCL work: N`), gloo `Timed out waiting Nms for recv/send operation`,
-    monitoredBarrier timeouts, or, weakest, a watchdog whose heartbeat stopped, or the
+    monitoredBarrier timeouts (or, from a rank that reached it, `received errors while waiting
+    for send/recv from rank 0`: the ranks that never arrived are in rank 0's log), or,
+    weakest, a watchdog whose heartbeat stopped, or the
     watchdog's words and frames alone (`checkTimeout`, `ncclCommWatchdog`) with no details.
 
     Why it happens:
@@ -74,6 +76,14 @@ def collective_timeout(evidence: EvidenceSet) -> Iterator[Finding]:
     elif aborted:
         found, confidence = aborted, 0.35
         what = f"the NCCL watchdog took {rank_label(_ranks(aborted))} down after a timeout"
+    elif peers := signals(evidence, "hang.monitored_barrier_peer"):
+        found, confidence = peers, 0.35
+        coordinator = peers[0][1].fields.get("from_rank", 0)
+        what = (
+            f"{rank_label(_ranks(peers)) or 'a rank'} reached monitored_barrier, but rank"
+            f" {coordinator}, which coordinates it, reported a failure: rank {coordinator}'s log"
+            " names the ranks that never arrived"
+        )
     elif bare := [
         (e, s) for e, s in signals(evidence, "generic.collective_stall") if _WATCHDOG.search(s.text)
     ]:

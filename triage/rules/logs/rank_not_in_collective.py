@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from triage.models import Finding, Location
 from triage.observations import Frame, RankActivity
-from triage.readers.stacks import is_user_code
+from triage.readers.stacks import COLLECTIVE_OPS, is_user_code
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._hang_lines import HangLog, hang_log, short_path
 from triage.rules.logs._signals import signals
@@ -16,6 +16,8 @@ from triage.text import rank_label, rank_subject
 
 # Code paths that typically run on one rank and issue collectives of their own.
 _BUSY = re.compile(r"(?i)(?:^|[_.])(save|checkpoint|ckpt|eval|validat|predict|inference)")
+# Data loading: torch's DataLoader, a framework's data iterators, a dataset's own code.
+_LOADING = re.compile(r"torch/utils/data/|(?:^|/)data/\w*iterators?\.py$|dataset", re.IGNORECASE)
 
 
 @dataclass
@@ -247,8 +249,10 @@ def _lone_dump(view: HangLog) -> list[_Case]:
         (r.rank, r.pid, r.path if r.rank is None and r.pid is None else "") for _, r in view.dumps
     }
     busy = [(item, r, f) for item, r in view.dumps if (f := busy_frame(r.frames)) is not None]
-    if len(owners) != 1 or not busy:
+    if len(owners) != 1:
         return []
+    if not busy:
+        return _lone_loader(view)
     item, record, frame = busy[0]
     who = f"rank {record.rank}" if record.rank is not None else "the dumped rank"
     return [
@@ -262,6 +266,46 @@ def _lone_dump(view: HangLog) -> list[_Case]:
             [item.id],
             frame.location(),
             f"{who} sits in {frame.function}, where one-rank-only calls part the ranks",
+        )
+    ]
+
+
+def _lone_loader(view: HangLog) -> list[_Case]:
+    """One process's dump that waits for its data, with no collective on any of its threads:
+    the rank the others wait for in the next collective, while its loader stalls."""
+    if any(
+        "torch/distributed/" in f.file and f.function in COLLECTIVE_OPS
+        for _, record in view.dumps
+        for f in record.frames
+    ):
+        return []
+    found = []
+    for item, record in view.dumps:
+        loading = [i for i, f in enumerate(record.frames) if _LOADING.search(f.file)]
+        if not loading:
+            continue
+        frame = record.frames[loading[-1]]
+        # the loop that asked for the batch: past the loader and the iterator protocol's wrappers
+        outer = record.frames[loading[-1] + 1 :]
+        caller = next((f for f in outer if f.function not in ("__iter__", "__next__")), None)
+        found.append((caller is not None, item, record, frame, caller))
+    if not found:
+        return []
+    # the thread whose own loop waits (the main thread), not a loader's background thread
+    _, item, record, frame, caller = max(found, key=lambda candidate: candidate[0])
+    who = f"rank {record.rank}" if record.rank is not None else "the dumped rank"
+    return [
+        _Case(
+            [record.rank] if record.rank is not None else [],
+            0.35,
+            f"The only stack dump shows {who} waiting for its data in {frame.function}"
+            f" ({short_path(frame.file)}:{frame.line}), outside any collective: a rank"
+            " whose loader stalls (a DataLoader worker stuck or dead, slow storage, a"
+            " prefetch queue that never fills) leaves the others waiting in the next"
+            " collective. This is a hint, not a proof: dump every rank to confirm.",
+            [item.id],
+            (caller or frame).location(),
+            f"{who} waits for its data in {frame.function}, outside any collective",
         )
     ]
 

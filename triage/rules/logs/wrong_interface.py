@@ -23,7 +23,9 @@ def wrong_interface(evidence: EvidenceSet) -> Iterator[Finding]:
     gloo's `Unable to find address for: <if>` (GLOO_SOCKET_IFNAME names an absent
     interface), its loopback fallback, pairs connecting to `[127.0.1.1]` and
     `connectFullMesh failed`; NCCL's `no socket interface found` / `No usable
-    listening interface found` (NCCL_SOCKET_IFNAME matches nothing); NCCL connections to a
+    listening interface found` (NCCL_SOCKET_IFNAME matches nothing); NCCL's `Socket creation
+    failed : Address family not supported by protocol` (an IPv6 address where the kernel or
+    container has none, or no IP interface in the container); NCCL connections to a
     docker0, loopback or link-local address; a bootstrap on docker0/lo in a multi-host job;
     NCCL socket connections that fail (refused, unreachable, aborted) with no other cause;
     a multi-host NCCL log over sockets that stops during communicator setup; low (0.3), a
@@ -105,6 +107,19 @@ def _findings(view: CommView) -> list[Found]:
                 f"NCCL found no usable socket interface{told}",
                 missing,
                 _IFNAME_FIX.format(var="NCCL_SOCKET_IFNAME"),
+            )
+        )
+    family = view.of("nccl.socket_family")
+    if family:
+        found.append(
+            (
+                0.6,
+                "NCCL cannot open a socket of its interface's address family",
+                family,
+                "Give NCCL an interface with an IPv4 address: NCCL_SOCKET_FAMILY=AF_INET, or"
+                " NCCL_SOCKET_IFNAME=<the host's data NIC>; in a container, run it with an IP"
+                " interface (--network host, or a network the runtime gives it) and the"
+                " address family the kernel supports.",
             )
         )
     connects = view.of("nccl.connect_failed")
