@@ -87,6 +87,15 @@ def _cut(text: str, width: int) -> str:
     )
 
 
+def _records(text: str) -> str:
+    """Every line as Docker's json-file driver writes it: a JSON record per line."""
+    stamp = "2024-05-01T10:00:00.123456789Z"
+    return "\n".join(
+        json.dumps({"log": line + "\n", "stream": "stderr", "time": stamp})
+        for line in text.splitlines()
+    )
+
+
 #: How log collectors and reports dress a log's lines (`--dress`).
 DRESSES: dict[str, Callable[[str], str]] = {
     "kubectl": _each_line("2024-05-01T10:00:00.123456789Z "),
@@ -95,6 +104,7 @@ DRESSES: dict[str, Callable[[str], str]] = {
     "indented": _each_line("    "),
     "html": lambda text: html.escape(text, quote=True),
     "crlf": lambda text: text.replace("\n", "\r\n"),
+    "docker-json": _records,
     "cut-80": lambda text: _cut(text, 80),
     "cut-120": lambda text: _cut(text, 120),
 }

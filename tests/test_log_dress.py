@@ -15,6 +15,7 @@ import pytest
 
 from bench.eval_cases import DRESSES
 from tests.conftest import REPO, analyze_files
+from triage.readers.files import sniff
 from triage.readers.log_dress import NAKED, Dress, detect
 from triage.readers.log_wrap import wrap_width
 
@@ -155,3 +156,37 @@ def test_an_indented_line_after_a_long_one_is_not_its_rest(tmp_path: Path) -> No
     first = '  File "/opt/conda/lib/python3.10/site-packages/torch/distributed/run.py", ln 1'
     log.write_text(f"{first:<80}\n    main()\nRuntimeError: boom\n")
     assert wrap_width(log, log.stat().st_size) is None
+
+
+def test_json_records_come_off_and_their_escaped_quotes_are_found(tmp_path: Path) -> None:
+    """Docker's json-file driver: each line a record; a traceback's `File \\"` frames are
+    found in the raw bytes and read as the program wrote them."""
+    lines = [
+        "Traceback (most recent call last):",
+        '  File "/home/u/train.py", line 9, in <module>',
+        "    dist.all_reduce(t)",
+        "RuntimeError: Tensors must be CUDA and dense",
+    ]
+    text = "\n".join(json.dumps({"log": f"{line}\n", "stream": "stderr"}) for line in lines)
+    log = tmp_path / "container.log"
+    log.write_text(text + "\n")
+    assert detect(log) == Dress(record="log")
+    report = analyze_files(tmp_path, {})
+    assert report.hypotheses[0].cause_id == "config.backend_device"
+    assert report.hypotheses[0].location is not None
+    assert report.hypotheses[0].location.line == 9
+
+
+def test_a_json_document_is_no_log_record(tmp_path: Path) -> None:
+    """Only lines that are (nearly) all flat records with a line field wear the dress."""
+    log = tmp_path / "mixed.log"
+    log.write_text('{"log": "step 1\\n"}\nstep 2 plain\nstep 3 plain\n{"config": {"lr": 1}}\n')
+    assert detect(log).record == ""
+
+
+def test_a_one_line_json_log_is_a_log_not_a_document(tmp_path: Path) -> None:
+    record = tmp_path / "one.log"
+    record.write_text(json.dumps({"log": "RuntimeError: boom\n", "stream": "stderr"}) + "\n")
+    document = tmp_path / "doc.json"
+    document.write_text(json.dumps({"message": "x", "entries": [{"a": 1}]}))
+    assert (sniff(record), sniff(document)) == ("log", "json")

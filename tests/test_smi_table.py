@@ -90,3 +90,11 @@ def test_a_running_or_unlisted_process_is_no_stopped_holder(tmp_path: Path) -> N
         (tmp_path / name).mkdir()
         report = analyze_files(tmp_path / name, {"smi.txt": text})
         assert "logs.stopped_gpu_holder" not in [h.rule_id for h in report.hypotheses], name
+
+
+def test_alike_contexts_whose_gpus_own_row_was_cut_share_it(tmp_path: Path) -> None:
+    rows = table([(0, 2695173, 871), (0, 2695174, 871), (0, 2695178, 871)])
+    cut = "    0   N/A  N/A   2695181      C   /usr/bin/python3.6        871MiB |\n"
+    top = analyze_files(tmp_path, {"smi.txt": rows + cut}).hypotheses[0]
+    assert top.cause_id == "oom.same_device"
+    assert "4 of them hold the same 871 MiB each" in top.summary

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from triage.observations import is_probe_snapshot
+from triage.readers.log_dress import RECORD_FIELDS
 
 SNIFF = 8192
 
@@ -78,7 +79,7 @@ def sniff(path: Path) -> str:
     if head.lstrip()[:1] in (b"{", b"[") and _looks_like_json(head):
         if b'"message"' in head and (b'"extraInfo"' in head or b'"py_callstack"' in head):
             return "elastic_error"
-        return "json"
+        return "log" if _log_record(head) else "json"
     if b"\x00" in head:
         return "binary"
     text = head.decode("utf-8", "replace")
@@ -95,6 +96,20 @@ def _looks_like_json(head: bytes) -> bool:
         cut = exc.pos >= len(text) - 1 or exc.msg.startswith("Unterminated string")
         return cut and len(head) == SNIFF
     return not text[end:].strip()
+
+
+def _log_record(head: bytes) -> bool:
+    """One line of a JSON-lines log (Docker's json-file driver, a log shipper's export): a
+    flat record whose line is a string field (`triage.readers.log_dress`)."""
+    try:
+        record = json.loads(head)
+    except ValueError:
+        return False
+    return (
+        isinstance(record, dict)
+        and any(isinstance(record.get(name), str) for name in RECORD_FIELDS)
+        and all(not isinstance(value, (dict, list)) for value in record.values())
+    )
 
 
 def sort_by_content(files: Iterable[Path]) -> dict[str, list[str]]:

@@ -1,7 +1,8 @@
 """What a log collector or a paste puts around every line of a log, found once per file.
 
 Kubernetes (`kubectl logs --timestamps`), Docker (`docker logs -t`) and cloud log exports
-stamp every line with the time; `srun --label` puts the task number first; a report quotes
+stamp every line with the time; Docker's json-file driver and log shippers write each line
+as a JSON object (`{"log":"...\\n","stream":"stderr","time":"..."}`); `srun --label` puts the task number first; a report quotes
 its log (`> `) or indents it four spaces as a code block; text copied out of a web page's
 source keeps its HTML escapes (`File &quot;train.py&quot;`). The signatures and the block
 parsers read a line as its program wrote it (a traceback's `  File "..."` frames, an NCCL
@@ -13,6 +14,7 @@ a timestamp that one framework prints on its own lines stays where it is.
 from __future__ import annotations
 
 import html
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +36,10 @@ _ESCAPES = re.compile(r"&(?:quot|lt|gt|#39|#x27);")
 _RAW = re.compile(r"[\"<>]")
 
 
+#: The field of a JSON log record that holds the line: Docker's json-file driver and
+#: Fluentd write `log`, Fluent Bit, Vector and Loki exports `message` or `msg`.
+RECORD_FIELDS = ("log", "message", "msg")
+
 #: The pieces a line may wear around its text, by name; indentation is read per file.
 _PIECES = {"stamp": _STAMP, "quote": _QUOTE, "label": _LABEL}
 
@@ -47,13 +53,17 @@ class Dress:
     escaped: bool = False
     #: (piece, indentation): a name of _PIECES, or "indent" with the whitespace it strips.
     pieces: tuple[tuple[str, str], ...] = ()
+    #: The field of the JSON record each line is, when it is one (outermost of all).
+    record: str = ""
 
     def __bool__(self) -> bool:
-        return self.escaped or bool(self.pieces)
+        return self.escaped or bool(self.pieces) or bool(self.record)
 
     def undress(self, line: str) -> str:
         """The line as its program wrote it. (`srun --label`'s task number is not a rank
         when srun starts one launcher per node: it is dropped, not read.)"""
+        if self.record:
+            line = _field(line, self.record)
         if self.escaped:
             line = html.unescape(line)
         for piece, indent in self.pieces:
@@ -80,12 +90,15 @@ def detect(path: Path) -> Dress:
 def dress_of(text: str) -> Dress:
     """The dress of a text from its first HEAD_BYTES (a file's head, already read)."""
     text = text[:HEAD_BYTES]
+    record = _record_field(text)
+    if record:
+        text = "\n".join(_field(line, record) for line in text.splitlines())
     escaped = _ESCAPES.search(text) is not None and not _RAW.search(text)
     if escaped:
         text = html.unescape(text)
     lines = [line for line in text.splitlines()[:HEAD_LINES] if line.strip()]
     if not lines:
-        return Dress(escaped=escaped)
+        return Dress(escaped=escaped, record=record)
     pieces: list[tuple[str, str]] = []
     while len(pieces) < 2 * len(_PIECES) + 1:  # each piece comes off once or twice at most
         found = _outermost(lines)
@@ -94,7 +107,30 @@ def dress_of(text: str) -> Dress:
         pieces.append(found)
         peeled = Dress(pieces=(found,))
         lines = [line for line in map(peeled.undress, lines) if line.strip()]
-    return Dress(escaped, tuple(pieces))
+    return Dress(escaped, tuple(pieces), record)
+
+
+def _record_field(text: str) -> str:
+    """The field of the JSON records (nearly) every line of the head is, or ""."""
+    lines = [line for line in text.splitlines()[:HEAD_LINES] if line.strip()]
+    if not lines or not lines[0].lstrip().startswith("{"):
+        return ""
+    for name in RECORD_FIELDS:
+        if sum(1 for line in lines if _field(line, name) is not line) >= WORN_BY * len(lines):
+            return name
+    return ""
+
+
+def _field(line: str, name: str) -> str:
+    """The text of a JSON record's field, without the newline the writer ended it with; the
+    line itself (the same object) when it is no such record."""
+    if not line.lstrip().startswith("{"):
+        return line
+    try:
+        value = json.loads(line).get(name)
+    except (ValueError, AttributeError):
+        return line
+    return value.rstrip("\n") if isinstance(value, str) else line
 
 
 def _outermost(lines: list[str]) -> tuple[str, str] | None:

@@ -20,6 +20,7 @@ never an exception. `triage.readers.logscan` reads what this gives into signals.
 from __future__ import annotations
 
 import html
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -127,9 +128,16 @@ def compile_table() -> Table:
 
 
 def _worn(anchors: Iterable[str]) -> list[str]:
-    """Each anchor as written and HTML-escaped (`File &quot;`): a log copied out of a web
-    page keeps its escapes, and `log_dress` takes them off once the line is found."""
-    return list(dict.fromkeys(worn for a in anchors for worn in (a, html.escape(a))))
+    """Each anchor as written, HTML-escaped (`File &quot;`) and JSON-escaped (`File \\"`): a
+    log copied out of a web page keeps its escapes, a JSON log record escapes its line's
+    quotes and backslashes, and `log_dress` takes them off once the line is found."""
+    return list(
+        dict.fromkeys(
+            worn
+            for a in anchors
+            for worn in (a, html.escape(a), json.dumps(a, ensure_ascii=False)[1:-1])
+        )
+    )
 
 
 def decode(raw: bytes, pattern: Any) -> str:

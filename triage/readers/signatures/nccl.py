@@ -463,6 +463,15 @@ signature(
     summary="the NVIDIA driver is older than the CUDA runtime that NCCL/torch were built with",
 )
 
+# Ray refuses a process whose Ray or Python version differs from the running cluster's
+# (`Version mismatch: The cluster was started with:` then the versions on the next lines).
+signature(
+    "ray.version_mismatch",
+    r"Version mismatch: The cluster was started with:?",
+    anchors="Version mismatch: The cluster was started with",
+    summary="Ray: this process's Ray or Python version differs from the running cluster's",
+)
+
 signature(
     "driver.too_old",
     r"NVIDIA driver on your system is too old(?: \(found version (?P<found>\d+)\))?",
@@ -485,9 +494,11 @@ signature(
 signature(
     "nccl.topology_unmodelled",
     r"(?P<what>Failed to find reverse path from remNode \S+ nlinks \d+ to node \S+"
-    r"|Attribute \S+ of node \S+ not found)",
+    r"|(?P<attribute>Attribute \S+ of node \S+ not found))",
     anchors=("Failed to find reverse path from remNode", "of node"),
     summary="NCCL's topology search met links or attributes it cannot model (ncclInternalError)",
+    # NCCL's own detection fills every attribute from /sys: one missing came from an XML file
+    extract=lambda found: {"what": found["what"], "from_file": found["attribute"] is not None},
 )
 
 signature(

@@ -17,7 +17,9 @@ signature(
 
 signature(
     "smi.process_row",
-    r"^\|\s+(?P<gpu>\d+)\s+(?:(?:N/A|\d+)\s+(?:N/A|\d+)\s+)?(?P<pid>\d+)\s+(?:C\+G|C|G)\s+"
+    # the row's leading `|` may be lost where a paste cut the table's left edge
+    r"^(?:\|\s+|\s*)(?P<gpu>\d+)\s+(?:(?:N/A|\d+)\s+(?:N/A|\d+)\s+)?(?P<pid>\d+)\s+"
+    r"(?:C\+G|C|G)\s+"
     r"(?P<name>\S(?:.*?\S)?)\s+(?P<mib>\d+)MiB\s*\|",
     anchors="MiB |",
     summary="nvidia-smi's row of a process holding memory on a GPU",

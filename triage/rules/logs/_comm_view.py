@@ -80,6 +80,7 @@ SPECIFIC = frozenset(
         "driver.too_old",
         "nccl.undefined_symbol",
         "nccl.topology_unmodelled",
+        "ray.version_mismatch",
         "nccl.message_truncated",
         "c10d.bind_failed",
         "c10d.listen_failed",

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._comm_view import comm_view
+from triage.rules.logs._comm_view import CommView, comm_view
 from triage.rules.logs._signals import ids
 
 #: Variables that take a decision away from NCCL's topology detection.
@@ -50,7 +50,9 @@ def nccl_env_override(evidence: EvidenceSet) -> Iterator[Finding]:
     choices (NCCL_ALGO, NCCL_PROTO, NCCL_P2P_LEVEL/DISABLE, NCCL_SHM_DISABLE, NCCL_IB_DISABLE,
     NCCL_NET, NCCL_TOPO_FILE, NCCL_GRAPH_FILE, NCCL_SOCKET_IFNAME, NCCL_IB_HCA, ...) in a log
     that also shows a communication failure or a stall in setup. Alone they are not a
-    finding: tuned clusters set many of them on purpose.
+    finding: tuned clusters set many of them on purpose. Without any such line, NCCL's
+    `Attribute arch of node cpu not found`: a topology XML file (NCCL_TOPO_FILE, maybe set
+    by an image or a network plugin) that does not describe this machine.
 
     Why it happens:
     Settings copied from another cluster's launch script or a vendor container describe
@@ -79,6 +81,7 @@ def nccl_env_override(evidence: EvidenceSet) -> Iterator[Finding]:
         (e, s) for e, s in view.of("nccl.env_override") if s.fields.get("variable") in FORCING
     ]
     if not forced:
+        yield from _topology_file(view)
         return
     failing = bool(view.comm_failures())
     stalled = view.stalled_in_setup()
@@ -106,4 +109,28 @@ def nccl_env_override(evidence: EvidenceSet) -> Iterator[Finding]:
             "does not fit this hardware."
         ),
         confirm="the job runs with the NCCL_* overrides unset",
+    )
+
+
+def _topology_file(view: CommView) -> Iterator[Finding]:
+    """NCCL's topology lacks an attribute its own detection always fills: the topology came
+    from an XML file (NCCL_TOPO_FILE, set by a user, an image or a network plugin) written
+    for another machine or another set of GPUs, even where no log line shows the variable."""
+    missing = [(e, s) for e, s in view.of("nccl.topology_unmodelled") if s.fields.get("from_file")]
+    if not missing:
+        return
+    yield Finding(
+        title="NCCL's topology file does not describe this machine",
+        summary=f"NCCL fails on its topology (`{missing[0][1].fields.get('what')}`): an attribute"
+        " its own detection always fills is missing, so the topology came from an XML file"
+        " (NCCL_TOPO_FILE, set by the user, the image or a network plugin such as aws-ofi-nccl)"
+        " made for another machine or another set of GPUs.",
+        ranks=[],
+        confidence=0.45,
+        evidence=ids(missing)[:8],
+        fix="Find who sets NCCL_TOPO_FILE (`env | grep NCCL`, the image, the network plugin's"
+        " defaults) and unset it, or give NCCL a file for this instance type and GPU set; upgrade"
+        " a network plugin that injects a static topology for the full machine.",
+        confirm="the job runs with NCCL_TOPO_FILE unset (or NCCL_DEBUG=INFO shows the file NCCL"
+        " loaded)",
     )

@@ -73,10 +73,11 @@ def smi_shared_gpu(evidence: EvidenceSet) -> Iterator[Finding]:
         )
     elif guests:
         host, mib = guests
+        beside, alike = (f"beside process {host}, ", count - 1) if host else ("", count)
         why = (
-            f"beside process {host}, {count - 1} of them hold the same {mib:,} MiB each, the"
-            " footprint of a CUDA context (and what was restored onto it): the other ranks made"
-            f" a context on GPU {crowded} besides their own"
+            f"{beside}{alike} of them hold the same {mib:,} MiB each, the footprint of a CUDA"
+            " context (and what was restored onto it): the other ranks made a context on GPU"
+            f" {crowded} besides their own"
         )
     else:
         why = (
@@ -107,17 +108,25 @@ _HELD_MIB = 100
 _CONTEXT_MIB = 2048
 
 
-def _guests(rows: list[Signal]) -> tuple[int, int] | None:
+def _guests(rows: list[Signal]) -> tuple[int | None, int] | None:
     """(the host's pid, the guests' MiB) when every process on a GPU but the largest holds
     the same small amount (within 10%), the largest more than twice that: one rank's GPU
-    that the other ranks each made a context on."""
+    that the other ranks each made a context on. Three or more alike and no larger one: the
+    guests alone (the host's row cut from the paste), host None."""
     if len(rows) < 3:
         return None
+    sizes = sorted((int(s.fields["mib"]) for _, s in rows), reverse=True)
+    if _alike(sizes):
+        return None, sizes[0]
     ordered = sorted(rows, key=lambda item: int(item[1].fields["mib"]), reverse=True)
-    host, rest = ordered[0][1].fields, [int(s.fields["mib"]) for _, s in ordered[1:]]
-    if max(rest) > _CONTEXT_MIB or max(rest) > 1.1 * min(rest) or host["mib"] <= 2 * max(rest):
+    if not _alike(sizes[1:]) or sizes[0] <= 2 * sizes[1]:
         return None
-    return int(host["pid"]), max(rest)
+    return int(ordered[0][1].fields["pid"]), sizes[1]
+
+
+def _alike(sizes: list[int]) -> bool:
+    """Context-sized footprints (under 2 GiB), the same within 10%."""
+    return max(sizes) <= _CONTEXT_MIB and max(sizes) <= 1.1 * min(sizes)
 
 
 def _holds(item: Signal) -> bool:

@@ -23,7 +23,8 @@ def version_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     old`; `undefined symbol: nccl...` (a torch build linked against another libnccl); NCCL
     bootstrap `Message truncated` (peers speak different NCCL protocols); NCCL's `Cuda
     failure 'named symbol not found'` or `no kernel image` (its kernels predate the GPU);
-    weaker, NCCL's topology search failing (`Failed to find reverse path from remNode`,
+    Ray's `Version mismatch: The cluster was started with:` (a job whose Ray or Python
+    differs from the running cluster's); weaker, NCCL's topology search failing (`Failed to find reverse path from remNode`,
     `Attribute busid of node nic not found`): a release older than the machine, or devices
     hidden unevenly.
 
@@ -107,6 +108,18 @@ def _findings(view: CommView) -> list[Found]:
         )
         items = [group[0] for group in by_version.values()]
         found.append((0.8, f"ranks load different NCCL versions ({where})", items, _SAME_ENV))
+    ray = view.of("ray.version_mismatch")
+    if ray:
+        found.append(
+            (
+                0.8,
+                "a process runs another Ray or Python version than the Ray cluster it joins",
+                ray,
+                "Start the Ray cluster from the job's own environment (the same Ray and Python"
+                " on every node: `ray stop`, then `ray start` with that interpreter), or run the"
+                " job in the environment the cluster was started from.",
+            )
+        )
     driver = view.of("driver.insufficient", "driver.too_old")
     if driver:
         found.append((0.85, "the NVIDIA driver is too old for this CUDA build", driver, _DRIVER))
@@ -135,9 +148,10 @@ def _findings(view: CommView) -> list[Found]:
         )
     topology = view.of("nccl.topology_unmodelled")
     if topology:
+        from_file = all(s.fields.get("from_file") for _, s in topology)
         found.append(
             (
-                0.4,
+                0.3 if from_file else 0.4,
                 "NCCL's topology search failed: its release may predate this machine's GPUs or"
                 " NICs, or devices are hidden from the process unevenly",
                 topology,
