@@ -21,6 +21,9 @@ from triage.readers.signatures.blocks import (
     TRACEBACK_START,
 )
 from triage.readers.signatures.memory import SUMMARY_TITLE, SummaryTable
+from triage.readers.signatures.metric_table import ANCHORS as TABLE_ANCHORS
+from triage.readers.signatures.metric_table import HEADER as TABLE_HEADER
+from triage.readers.signatures.metric_table import GpuTable
 from triage.readers.stacks import is_user_code
 
 #: The same traceback (writer, exception, frames) is kept this many times: a traceback
@@ -65,6 +68,7 @@ _MAY_OPEN = re.compile(
             "Root Cause (first observed failure):",
             _FR_START,
             SUMMARY_TITLE,
+            *TABLE_ANCHORS,
             *EXCEPTION_ANCHORS,
         )
     )
@@ -100,6 +104,7 @@ class BlockParser:
         self.report: tuple[int, list[str], Origin] | None = None
         self.report_section = ""
         self.summaries: dict[tuple[object, ...], tuple[int, Origin, SummaryTable]] = {}
+        self.tables: dict[tuple[object, ...], tuple[int, Origin, GpuTable]] = {}
         #: The line where the faulthandler dump being read began: its threads are one process.
         self.fh_dump: int | None = None
 
@@ -107,6 +112,8 @@ class BlockParser:
         self.fh_dump = None
         for key in list(self.summaries):
             self._close_summary(key)
+        for key in list(self.tables):
+            self._close_table(key)
         self.pyspy_header = None
         for key in list(self.open):
             self._close(key)
@@ -116,10 +123,10 @@ class BlockParser:
     def feed(self, number: int, text: str, origin: Origin) -> None:
         if self.fh_dump is not None and not _in_fh_dump(text):
             self.fh_dump = None
-        idle = not (self.open or self.summaries or self.report_section)
+        idle = not (self.open or self.summaries or self.tables or self.report_section)
         if idle and self.pyspy_header is None and not _MAY_OPEN.search(text):
             return
-        if self._feed_summary(number, text, origin):
+        if self._feed_summary(number, text, origin) or self._feed_table(number, text, origin):
             return
         if self._feed_report(number, text, origin):
             return
@@ -266,6 +273,28 @@ class BlockParser:
         if table[2].done:
             self._close_summary(key)
         return True
+
+    def _feed_table(self, number: int, text: str, origin: Origin) -> bool:
+        """A table of results by GPU count (`triage.readers.signatures.metric_table`): join
+        its rows into one line for `generic.metric_table`."""
+        key = origin.key()
+        if TABLE_HEADER.match(text.strip()):
+            self._close_table(key)
+            self.tables[key] = (number, origin, GpuTable(text))
+            return True
+        table = self.tables.get(key)
+        if table is None:
+            return False
+        if table[2].feed(text):
+            return True
+        self._close_table(key)
+        return False
+
+    def _close_table(self, key: tuple[object, ...]) -> None:
+        opened = self.tables.pop(key, None)
+        text = opened[2].text() if opened else None
+        if opened and text:
+            self.joined.append((opened[0], text, opened[1]))
 
     def _close_summary(self, key: tuple[object, ...]) -> None:
         opened = self.summaries.pop(key, None)
