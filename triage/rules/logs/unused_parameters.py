@@ -33,7 +33,8 @@ def unused_parameters(evidence: EvidenceSet) -> Iterator[Finding]:
     DDP's `Expected to have finished reduction in the prior iteration before starting a
     new one` (with its static_graph variant `your training graph has changed`), with the
     `Parameters which did not receive grad for rank N: a, b` and `Parameter indices which
-    did not receive grad for rank N: 2 3` lines that name the culprits; Lightning's
+    did not receive grad for rank N: 2 3` lines that name the culprits (those lines belong
+    to that error alone: pasted without it, they still say it, at 0.85); Lightning's
     `LightningModule has parameters that were not used in producing the loss`. A parameter
     marked ready twice, or a static graph that changed, with no unfinished reduction, is
     config.ddp_reducer (logs.ddp_reducer).
@@ -64,7 +65,9 @@ def unused_parameters(evidence: EvidenceSet) -> Iterator[Finding]:
     changed = signals(evidence, "ddp.graph_changed")
     names = signals(evidence, "ddp.unused_parameter_names")
     indices = signals(evidence, "ddp.unused_parameter_indices")
-    if not reduction:  # "ready twice" and a changed static graph alone are config.ddp_reducer's
+    # "ready twice" and a changed static graph alone are config.ddp_reducer's; the names of
+    # the parameters without grad belong to the unfinished-reduction error even pasted alone
+    if not reduction and not names and not indices:
         return
     per_rank: dict[int | None, list[str]] = {}
     for _, s in names:
@@ -84,12 +87,13 @@ def unused_parameters(evidence: EvidenceSet) -> Iterator[Finding]:
     items = reduction + changed
     ranks = sorted(r for r in per_rank if r is not None) or ranks_of(s for _, s in items)
     every = items + names + indices + twice
+    confidence = 0.9 if reduction else 0.85
     yield Finding(
         title=what + (f" ({rank_label(ranks)})" if ranks else ""),
         summary=f"{what}.{detail}",
         ranks=ranks,
         location=comm_view(evidence).location(ranks, _TEXT),
-        confidence=0.9,
+        confidence=confidence,
         evidence=ids(every)[:12],
         fix=fix,
         confirm="TORCH_DISTRIBUTED_DEBUG=INFO names the parameters that did not receive grad, "
