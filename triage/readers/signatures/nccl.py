@@ -541,7 +541,8 @@ signature(
     r"Failed to bind NVLink SHARP \(NVLS\) Multicast memory(?: of size (?P<bytes>\d+))?"
     r"(?:[^']*?CUDA error (?P<code>\d+) '(?P<reason>[^']*)')?"
     r"|This is usually caused by a system or configuration error in the Fabric Manager or NVSwitches"
-    r"|transport/nvls\.cc:\d+ NCCL WARN Cuda failure (?P<nvls_code>\d+)",
+    # NCCL >= 2.19 prints the CUDA error's number, older releases its string
+    r"|transport/nvls\.cc:\d+ NCCL WARN Cuda failure (?:(?P<nvls_code>\d+)|'(?P<nvls_reason>[^']+)')",
     anchors=(
         "Failed to bind NVLink SHARP (NVLS) Multicast memory",
         "configuration error in the Fabric Manager or NVSwitches",

@@ -360,3 +360,13 @@ signature(
     anchors="Cannot use ReduceOp.",
     summary="the backend does not implement this reduction",
 )
+
+# Megatron-LM (and Megatron-DeepSpeed) derive the device as rank % device count and check it
+# against the launcher's LOCAL_RANK: unequal GPU counts per node, or a launcher that numbers
+# local ranks another way, break the assumption.
+signature(
+    "setup.local_rank_device_count",
+    r"expected local-rank to be the same as rank % device-count",
+    anchors="expected local-rank to be the same as rank % device-count",
+    summary="Megatron: LOCAL_RANK differs from rank % torch.cuda.device_count()",
+)

@@ -10,9 +10,10 @@ from triage.registry import EvidenceSet, rule
 from triage.rules.logs._signals import tracebacks
 from triage.rules.memory.collective_peak import FIX
 
-#: Functions that gather: torch's all_gather family, FSDP's unshard, DeepSpeed's parameter
-#: fetch, and the wrappers frameworks name after them (Lightning's strategy.all_gather).
-_GATHERS = re.compile(r"gather|unshard|fetch_sub_module", re.IGNORECASE)
+#: Functions that gather: torch's all_gather family, FSDP's unshard and its full state
+#: dict hooks, DeepSpeed's parameter fetch, and the wrappers frameworks name after them
+#: (Lightning's strategy.all_gather).
+_GATHERS = re.compile(r"gather|unshard|fetch_sub_module|full_\w*state_dict", re.IGNORECASE)
 #: How many innermost frames are read for the gather.
 _INNER = 3
 

@@ -52,7 +52,9 @@ def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
     cuda:0 and cuda:1`): a rank's model, batch or checkpoint is not on its own device;
     DataParallel's `module must have its parameters and buffers on device cuda:N
     (device_ids[0]) but found one of them on device: cpu` (0.75: the model was wrapped
-    before `.to(device)`).
+    before `.to(device)`); Megatron's `expected local-rank to be the same as rank %
+    device-count` (0.7: nodes with unequal GPU counts, or a launcher numbering local ranks
+    another way).
 
     Why it happens:
     The script never calls torch.cuda.set_device, hard-codes cuda:0, indexes devices with
@@ -141,6 +143,19 @@ def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
                 off_device,
                 ranks_of(s for _, s in off_device),
                 _FIX_MIXED,
+            )
+        )
+    modulo = signals(evidence, "setup.local_rank_device_count")
+    if modulo:
+        found.append(
+            (
+                0.7,
+                "LOCAL_RANK is not rank % device count, which the code assumes for its GPU",
+                modulo,
+                ranks_of(s for _, s in modulo),
+                "Give every node the same number of GPUs (processes per node), or launch with"
+                " a launcher whose LOCAL_RANK equals rank % GPUs per node (torchrun numbers"
+                " ranks node by node); a hostfile with unequal slots per node breaks it.",
             )
         )
     mixed = signals(evidence, "setup.two_gpus_in_one_op")
