@@ -2,13 +2,14 @@
 
 Kubernetes (`kubectl logs --timestamps`), Docker (`docker logs -t`) and cloud log exports
 stamp every line with the time; Docker's json-file driver and log shippers write each line
-as a JSON object (`{"log":"...\\n","stream":"stderr","time":"..."}`); `srun --label` puts the task number first; a report quotes
-its log (`> `) or indents it four spaces as a code block; text copied out of a web page's
-source keeps its HTML escapes (`File &quot;train.py&quot;`). The signatures and the block
-parsers read a line as its program wrote it (a traceback's `  File "..."` frames, an NCCL
-line that starts with `host:pid:tid`), so the scanner takes the dress off first. The dress
-is read from the head of the file, and only what (nearly) every line there wears counts:
-a timestamp that one framework prints on its own lines stays where it is.
+as a JSON record (`{"log":"...\\n","stream":"stderr","time":"..."}`); `srun --label` puts
+the task number first; a report quotes its log (`> `) or indents it four spaces as a code
+block; text copied out of a web page's source keeps its HTML escapes (`File
+&quot;train.py&quot;`). The signatures and the block parsers read a line as its program
+wrote it (a traceback's `  File "..."` frames, an NCCL line that starts with
+`host:pid:tid`), so the scanner takes the dress off first. The dress is read from the head
+of the file, and only what (nearly) every line there wears counts: a timestamp that one
+framework prints on its own lines stays where it is.
 """
 
 from __future__ import annotations
@@ -116,21 +117,28 @@ def _record_field(text: str) -> str:
     if not lines or not lines[0].lstrip().startswith("{"):
         return ""
     for name in RECORD_FIELDS:
-        if sum(1 for line in lines if _field(line, name) is not line) >= WORN_BY * len(lines):
+        records = sum(1 for line in lines if _record_text(line, name) is not None)
+        if records >= WORN_BY * len(lines):
             return name
     return ""
 
 
 def _field(line: str, name: str) -> str:
-    """The text of a JSON record's field, without the newline the writer ended it with; the
-    line itself (the same object) when it is no such record."""
+    """The line a JSON record holds in its field; the line itself when it is no record."""
+    text = _record_text(line, name)
+    return line if text is None else text
+
+
+def _record_text(line: str, name: str) -> str | None:
+    """The text of a JSON record's field without the newline its writer ended it with, or
+    None when the line is no JSON object with that string field."""
     if not line.lstrip().startswith("{"):
-        return line
+        return None
     try:
         value = json.loads(line).get(name)
     except (ValueError, AttributeError):
-        return line
-    return value.rstrip("\n") if isinstance(value, str) else line
+        return None
+    return value.rstrip("\n") if isinstance(value, str) else None
 
 
 def _outermost(lines: list[str]) -> tuple[str, str] | None:
