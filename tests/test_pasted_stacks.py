@@ -96,7 +96,8 @@ def test_stacks_of_unknown_processes_are_not_trusted_like_ranks(tmp_path: Path) 
 def test_a_stack_interrupted_outside_collectives_says_where_the_job_stood(
     tmp_path: Path,
 ) -> None:
-    """Ctrl-C on a job stuck in its DataLoader: a weak hang that names the wait, not nothing."""
+    """Ctrl-C on a job stuck in its DataLoader: the one rank shown waits for its data outside
+    any collective (the fault matrix's dataloader_stuck), named weakly at the loop."""
     text = (
         "^CTraceback (most recent call last):\n"
         '  File "/home/u/train.py", line 120, in <module>\n'
@@ -112,5 +113,9 @@ def test_a_stack_interrupted_outside_collectives_says_where_the_job_stood(
     )
     report = analyze_files(tmp_path, {"rank0.log": text})
     top = report.hypotheses[0]
-    assert top.cause_id == "hang.unknown"
-    assert "data_loading at /home/u/train.py:88" in top.summary
+    assert (top.cause_id, top.confidence) == ("hang.rank_not_in_collective", 0.35)
+    assert top.location is not None and (top.location.file, top.location.line) == (
+        "/home/u/train.py",
+        88,
+    )
+    assert "waiting for its data in __next__" in top.summary
