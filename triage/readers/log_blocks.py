@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import zlib
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from triage.observations import Frame, TracebackRecord
 from triage.readers.log_prefilter import MAX_LINE
@@ -75,6 +76,25 @@ _MAY_OPEN = re.compile(
 )
 
 
+class JoinedTable(Protocol):
+    """A table read row by row and joined into one line (`SummaryTable`, `GpuTable`)."""
+
+    done: bool
+
+    def feed(self, line: str) -> bool: ...
+
+    def text(self) -> str | None: ...
+
+
+def _open_table(text: str) -> JoinedTable | None:
+    """The table a line opens, if it is a joined table's header."""
+    if SUMMARY_TITLE in text:
+        return SummaryTable(text)
+    if TABLE_HEADER.match(text.strip()):
+        return GpuTable(text)
+    return None
+
+
 @dataclass
 class Origin:
     """Who wrote a line: what its prefixes and its file say."""
@@ -103,15 +123,13 @@ class BlockParser:
         self.fr_key: tuple[object, ...] | None = None
         self.report: tuple[int, list[str], Origin] | None = None
         self.report_section = ""
-        self.summaries: dict[tuple[object, ...], tuple[int, Origin, SummaryTable]] = {}
-        self.tables: dict[tuple[object, ...], tuple[int, Origin, GpuTable]] = {}
+        #: Per writer, the table being joined into one line: where it began, its writer.
+        self.tables: dict[tuple[object, ...], tuple[int, Origin, JoinedTable]] = {}
         #: The line where the faulthandler dump being read began: its threads are one process.
         self.fh_dump: int | None = None
 
     def reset(self) -> None:
         self.fh_dump = None
-        for key in list(self.summaries):
-            self._close_summary(key)
         for key in list(self.tables):
             self._close_table(key)
         self.pyspy_header = None
@@ -123,10 +141,10 @@ class BlockParser:
     def feed(self, number: int, text: str, origin: Origin) -> None:
         if self.fh_dump is not None and not _in_fh_dump(text):
             self.fh_dump = None
-        idle = not (self.open or self.summaries or self.tables or self.report_section)
+        idle = not (self.open or self.tables or self.report_section)
         if idle and self.pyspy_header is None and not _MAY_OPEN.search(text):
             return
-        if self._feed_summary(number, text, origin) or self._feed_table(number, text, origin):
+        if self._feed_table(number, text, origin):
             return
         if self._feed_report(number, text, origin):
             return
@@ -256,48 +274,28 @@ class BlockParser:
         self.report_section = ""
         return False
 
-    def _feed_summary(self, number: int, text: str, origin: Origin) -> bool:
-        """A torch.cuda.memory_summary() table spreads one device's counters over ~45 rows:
-        join them into one line for `memory.summary`."""
-        key = origin.key()
-        if SUMMARY_TITLE in text:
-            self._close_summary(key)
-            self.summaries[key] = (number, origin, SummaryTable(text))
-            return True
-        table = self.summaries.get(key)
-        if table is None:
-            return False
-        if not table[2].feed(text):
-            self._close_summary(key)
-            return False
-        if table[2].done:
-            self._close_summary(key)
-        return True
-
     def _feed_table(self, number: int, text: str, origin: Origin) -> bool:
-        """A table of results by GPU count (`triage.readers.signatures.metric_table`): join
-        its rows into one line for `generic.metric_table`."""
+        """A table that spreads one finding over many rows (torch.cuda.memory_summary()'s
+        ~45 rows of one device, results tabulated by GPU count): its rows are joined into
+        one line for its signature (`memory.summary`, `generic.metric_table`)."""
         key = origin.key()
-        if TABLE_HEADER.match(text.strip()):
+        opened = _open_table(text)
+        if opened is not None:
             self._close_table(key)
-            self.tables[key] = (number, origin, GpuTable(text))
+            self.tables[key] = (number, origin, opened)
             return True
         table = self.tables.get(key)
         if table is None:
             return False
-        if table[2].feed(text):
-            return True
-        self._close_table(key)
-        return False
+        if not table[2].feed(text):
+            self._close_table(key)
+            return False
+        if table[2].done:
+            self._close_table(key)
+        return True
 
     def _close_table(self, key: tuple[object, ...]) -> None:
         opened = self.tables.pop(key, None)
-        text = opened[2].text() if opened else None
-        if opened and text:
-            self.joined.append((opened[0], text, opened[1]))
-
-    def _close_summary(self, key: tuple[object, ...]) -> None:
-        opened = self.summaries.pop(key, None)
         text = opened[2].text() if opened else None
         if opened and text:
             self.joined.append((opened[0], text, opened[1]))

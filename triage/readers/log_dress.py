@@ -19,6 +19,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 #: How much of a file's head shows its dress.
 HEAD_BYTES = 16 << 10
@@ -90,10 +91,7 @@ def detect(path: Path) -> Dress:
 
 def dress_of(text: str) -> Dress:
     """The dress of a text from its first HEAD_BYTES (a file's head, already read)."""
-    text = text[:HEAD_BYTES]
-    record = _record_field(text)
-    if record:
-        text = "\n".join(_field(line, record) for line in text.splitlines())
+    record, text = _read_records(text[:HEAD_BYTES])
     escaped = _ESCAPES.search(text) is not None and not _RAW.search(text)
     if escaped:
         text = html.unescape(text)
@@ -111,34 +109,43 @@ def dress_of(text: str) -> Dress:
     return Dress(escaped, tuple(pieces), record)
 
 
-def _record_field(text: str) -> str:
-    """The field of the JSON records (nearly) every line of the head is, or ""."""
-    lines = [line for line in text.splitlines()[:HEAD_LINES] if line.strip()]
-    if not lines or not lines[0].lstrip().startswith("{"):
-        return ""
+def _read_records(text: str) -> tuple[str, str]:
+    """(the field of the JSON records (nearly) every line of the head is, the head with each
+    record replaced by its line), or ("", the head) when its lines are no such records.
+    Each line is parsed once."""
+    lines = text.splitlines()
+    worn = [line for line in lines[:HEAD_LINES] if line.strip()]
+    if not worn or not worn[0].lstrip().startswith("{"):
+        return "", text
+    parsed = {line: _record(line) for line in lines}
     for name in RECORD_FIELDS:
-        records = sum(1 for line in lines if _record_text(line, name) is not None)
-        if records >= WORN_BY * len(lines):
-            return name
-    return ""
+        records = sum(1 for line in worn if isinstance(parsed[line].get(name), str))
+        if records >= WORN_BY * len(worn):
+            return name, "\n".join(_text_of(parsed[line], name, line) for line in lines)
+    return "", text
 
 
 def _field(line: str, name: str) -> str:
     """The line a JSON record holds in its field; the line itself when it is no record."""
-    text = _record_text(line, name)
-    return line if text is None else text
+    return _text_of(_record(line), name, line)
 
 
-def _record_text(line: str, name: str) -> str | None:
-    """The text of a JSON record's field without the newline its writer ended it with, or
-    None when the line is no JSON object with that string field."""
+def _record(line: str) -> dict[str, Any]:
+    """The JSON object a line is, or an empty one."""
     if not line.lstrip().startswith("{"):
-        return None
+        return {}
     try:
-        value = json.loads(line).get(name)
-    except (ValueError, AttributeError):
-        return None
-    return value.rstrip("\n") if isinstance(value, str) else None
+        found = json.loads(line)
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _text_of(record: dict[str, Any], name: str, line: str) -> str:
+    """The record's field without the newline its writer ended it with, or the line itself
+    when the record has no such string field."""
+    value = record.get(name)
+    return value.rstrip("\n") if isinstance(value, str) else line
 
 
 def _outermost(lines: list[str]) -> tuple[str, str] | None:

@@ -38,6 +38,8 @@ class GpuTable:
         names = found["columns"].split("|") if found else []
         self.columns = [re.sub(r"[\s=;]+", "_", name.strip()) for name in names]
         self.rows: list[str] = []
+        #: It ends at the first line that is not its own (`feed` returns False).
+        self.done = False
 
     def feed(self, line: str) -> bool:
         """Take the table's next line; False when the line is not the table's (it ended)."""

@@ -58,12 +58,13 @@ def stacks_in_collectives(
     not the `broadcast` it calls)."""
     out: list[tuple[Evidence, TracebackRecord, str]] = []
     for item, record in tracebacks(evidence):
-        if (record.dump or record.exception is None) and (op := _collective(record)) is not None:
+        if (record.dump or record.exception is None) and (op := collective_of(record)) is not None:
             out.append((item, record, op))
     return out
 
 
-def _collective(record: TracebackRecord) -> str | None:
+def collective_of(record: TracebackRecord) -> str | None:
+    """The outermost torch.distributed collective among a stack's frames, if any."""
     return next(
         (
             f.function

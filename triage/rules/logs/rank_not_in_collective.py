@@ -6,12 +6,12 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from triage.models import Finding, Location
-from triage.observations import Frame, RankActivity
-from triage.readers.stacks import COLLECTIVE_OPS, is_user_code
+from triage.models import Evidence, Finding, Location
+from triage.observations import Frame, RankActivity, TracebackRecord
+from triage.readers.stacks import is_user_code
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._hang_lines import HangLog, hang_log, short_path
-from triage.rules.logs._signals import signals
+from triage.rules.logs._signals import collective_of, signals
 from triage.text import rank_label, rank_subject
 
 # Code paths that typically run on one rank and issue collectives of their own.
@@ -248,22 +248,22 @@ def _lone_dump(view: HangLog) -> list[_Case]:
     owners = {
         (r.rank, r.pid, r.path if r.rank is None and r.pid is None else "") for _, r in view.dumps
     }
-    busy = [(item, r, f) for item, r in view.dumps if (f := busy_frame(r.frames)) is not None]
     if len(owners) != 1:
         return []
+    busy = [(item, r, f) for item, r in view.dumps if (f := busy_frame(r.frames)) is not None]
     if not busy:
         return _lone_loader(view)
     item, record, frame = busy[0]
-    who = f"rank {record.rank}" if record.rank is not None else "the dumped rank"
+    who = _who(record)
     return [
-        _Case(
-            [record.rank] if record.rank is not None else [],
+        _lone_case(
+            item,
+            record,
             0.45,
             f"The only stack dump shows {who} in {frame.function} ({frame.file}:{frame.line}), "
             "checkpoint, save or evaluation code. Such code often runs on one rank only and "
             "issues collectives of its own, so the ranks part ways there; this is a hint, not "
             "a proof: dump every rank to confirm.",
-            [item.id],
             frame.location(),
             f"{who} sits in {frame.function}, where one-rank-only calls part the ranks",
         )
@@ -273,11 +273,7 @@ def _lone_dump(view: HangLog) -> list[_Case]:
 def _lone_loader(view: HangLog) -> list[_Case]:
     """One process's dump that waits for its data, with no collective on any of its threads:
     the rank the others wait for in the next collective, while its loader stalls."""
-    if any(
-        "torch/distributed/" in f.file and f.function in COLLECTIVE_OPS
-        for _, record in view.dumps
-        for f in record.frames
-    ):
+    if any(collective_of(record) for _, record in view.dumps):
         return []
     found = []
     for item, record in view.dumps:
@@ -293,21 +289,38 @@ def _lone_loader(view: HangLog) -> list[_Case]:
         return []
     # the thread whose own loop waits (the main thread), not a loader's background thread
     _, item, record, frame, caller = max(found, key=lambda candidate: candidate[0])
-    who = f"rank {record.rank}" if record.rank is not None else "the dumped rank"
+    who = _who(record)
     return [
-        _Case(
-            [record.rank] if record.rank is not None else [],
+        _lone_case(
+            item,
+            record,
             0.35,
             f"The only stack dump shows {who} waiting for its data in {frame.function}"
             f" ({short_path(frame.file)}:{frame.line}), outside any collective: a rank"
             " whose loader stalls (a DataLoader worker stuck or dead, slow storage, a"
             " prefetch queue that never fills) leaves the others waiting in the next"
             " collective. This is a hint, not a proof: dump every rank to confirm.",
-            [item.id],
             (caller or frame).location(),
             f"{who} waits for its data in {frame.function}, outside any collective",
         )
     ]
+
+
+def _who(record: TracebackRecord) -> str:
+    return f"rank {record.rank}" if record.rank is not None else "the dumped rank"
+
+
+def _lone_case(
+    item: Evidence,
+    record: TracebackRecord,
+    confidence: float,
+    why: str,
+    location: Location,
+    title: str,
+) -> _Case:
+    """The case one process's dump makes: its rank (when known) and its dump as evidence."""
+    ranks = [record.rank] if record.rank is not None else []
+    return _Case(ranks, confidence, why, [item.id], location, title)
 
 
 def busy_frame(frames: Sequence[Frame]) -> Frame | None:

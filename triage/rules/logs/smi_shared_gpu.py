@@ -44,7 +44,7 @@ def smi_shared_gpu(evidence: EvidenceSet) -> Iterator[Finding]:
     References:
     torchrun docs on LOCAL_RANK and torch.cuda.set_device.
     """
-    rows = [item for item in signals(evidence, "smi.process_row") if _holds(item)]
+    rows = [item for item in signals(evidence, "smi.process_row") if holds_memory(item)]
     if len(rows) < 2:
         return
     program, _ = Counter(str(s.fields["name"]) for _, s in rows).most_common(1)[0]
@@ -129,5 +129,6 @@ def _alike(sizes: list[int]) -> bool:
     return max(sizes) <= _CONTEXT_MIB and max(sizes) <= 1.1 * min(sizes)
 
 
-def _holds(item: Signal) -> bool:
+def holds_memory(item: Signal) -> bool:
+    """Whether an nvidia-smi process row shows the process holding memory, not a bare context."""
     return int(item[1].fields["mib"]) >= _HELD_MIB

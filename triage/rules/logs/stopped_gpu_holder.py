@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._signals import ids, signals
+from triage.rules.logs.smi_shared_gpu import holds_memory
 from triage.rules.memory.other_process import CONFIRM, FIX
 
 
@@ -37,14 +38,15 @@ def stopped_gpu_holder(evidence: EvidenceSet) -> Iterator[Finding]:
     """
     stopped = {int(s.fields["pid"]): (e, s) for e, s in signals(evidence, "ps.stopped_process")}
     held = [
-        (e, s)
-        for e, s in signals(evidence, "smi.process_row")
-        if int(s.fields["pid"]) in stopped and int(s.fields["mib"]) >= _HELD_MIB
+        item
+        for item in signals(evidence, "smi.process_row")
+        if int(item[1].fields["pid"]) in stopped and holds_memory(item)
     ]
     if not held:
         return
     row = held[0][1].fields
-    process = stopped[int(row["pid"])][1].fields
+    ps_row = stopped[int(row["pid"])]
+    process = ps_row[1].fields
     state = "a zombie" if str(process["state"]).startswith("Z") else "stopped"
     oom = bool(signals(evidence, "generic.out_of_memory", "memory.cuda_oom"))
     yield Finding(
@@ -55,11 +57,7 @@ def stopped_gpu_holder(evidence: EvidenceSet) -> Iterator[Finding]:
         " it is continued or killed" + (", and the job ran out of memory." if oom else "."),
         ranks=[],
         confidence=0.7 if oom else 0.6,
-        evidence=ids([*held, stopped[int(row["pid"])]]),
+        evidence=ids([*held, ps_row]),
         fix=FIX,
         confirm=CONFIRM,
     )
-
-
-#: Memory a row must show to count as holding the GPU (a context alone is ~300-500 MiB).
-_HELD_MIB = 100
