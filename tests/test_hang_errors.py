@@ -114,7 +114,9 @@ def test_early_dumps_start_only_for_the_pids_after_pids(
 ) -> None:
     """`start_early` reads `hang --pids P...` only: a launcher pid or a timeout is no rank."""
     started: list[int] = []
-    monkeypatch.setattr(pyspy, "start_dump", lambda _bin, pid, with_locals: started.append(pid))
+    monkeypatch.setattr(
+        pyspy, "start_dump", lambda _bin, pid, with_locals, stdout: started.append(pid)
+    )
     pyspy.start_early(["hang", "--launcher-pid", "7", "--pids", "11", "12,13", "--timeout", "5"])
     pyspy.start_early(["hang", "--pids=14", "--json"])
     pyspy.start_early(["analyze", "--pids", "15"])
@@ -132,8 +134,84 @@ def test_an_early_dump_is_the_one_the_stack_tool_reads(
     pyspy._starting.join()
     early = pyspy._early[python_sleeper.pid][1]
     run = REGISTRY.run("dump_stacks", {"pids": [python_sleeper.pid], "with_locals": False})
-    assert early.returncode is not None and pyspy._early == {}  # consumed, not run again
+    assert early.process.returncode is not None and pyspy._early == {}  # consumed, not run again
     assert [e.kind for e in run.evidence] == ["stack"]
+
+
+DEEP_SLEEPER = """
+import sys, threading, time
+def down(n, ready):
+    if n:
+        return down(n - 1, ready)
+    ready.set()
+    while True:
+        time.sleep(0.05)
+events = [threading.Event() for _ in range(8)]
+for event in events[1:]:
+    threading.Thread(target=down, args=(400, event), daemon=True).start()
+for event in events[1:]:
+    event.wait()
+print("ready", flush=True)
+down(400, events[0])
+"""
+
+
+def test_an_early_dump_bigger_than_a_pipe_does_not_hold_up_the_next(
+    python_sleeper: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Early dumps run a few at a time: the starter waits for one to end before the next.
+    A rank whose stacks outgrow a pipe's buffer must end without anyone reading it."""
+    deep = subprocess.Popen([sys.executable, "-c", DEEP_SLEEPER], stdout=subprocess.PIPE)
+    try:
+        assert deep.stdout is not None and deep.stdout.readline() == b"ready\n"
+        monkeypatch.setattr(pyspy, "_IN_FLIGHT", 1)
+        monkeypatch.setattr(pyspy, "PACE_WAIT_S", 60.0)
+        pyspy.start_early(["hang", "--pids", str(deep.pid), str(python_sleeper.pid)])
+        assert pyspy._starting is not None
+        pyspy._starting.join(timeout=30)
+        assert not pyspy._starting.is_alive()  # it did not wait out PACE_WAIT_S
+        binary = pyspy.binary()
+        assert binary is not None
+        big = pyspy.dump_one(binary, deep.pid, with_locals=False, timeout_s=10)
+        small = pyspy.dump_one(binary, python_sleeper.pid, with_locals=False, timeout_s=10)
+    finally:
+        deep.kill()
+        deep.wait()
+    assert big.threads is not None and small.threads is not None, (big.error, small.error)
+    assert len(json.dumps(big.threads)) > 1 << 16  # more than a pipe holds
+    assert pyspy._early == {}
+
+
+def test_early_dumps_run_a_few_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """32 dumps started at once starve the CLI's import on a small host; the starter keeps
+    at most `_IN_FLIGHT` running."""
+    running: set[int] = set()
+    most = 0
+
+    class Started:
+        def __init__(self, pid: int) -> None:
+            self.pid = pid
+
+        def wait(self, timeout: float) -> int:
+            running.discard(self.pid)
+            return 0
+
+    def start(binary: str, pid: int, with_locals: bool, stdout: int) -> Started:
+        nonlocal most
+        running.add(pid)
+        most = max(most, len(running))
+        return Started(pid)
+
+    monkeypatch.setattr(pyspy, "start_dump", start)
+    monkeypatch.setattr(pyspy, "binary", lambda: "py-spy")
+    monkeypatch.setattr(pyspy, "_IN_FLIGHT", 3)
+    pyspy.start_early(["hang", "--pids", *map(str, range(100, 132))])
+    assert pyspy._starting is not None
+    pyspy._starting.join()
+    assert most == 3 and len(pyspy._early) == 32
+    for _, early in pyspy._early.values():
+        early.close()
+    pyspy._early.clear()
 
 
 def _frames(pid: int) -> list[str]:
@@ -167,7 +245,7 @@ def test_early_dumps_start_while_the_cli_imports(monkeypatch: pytest.MonkeyPatch
     and the dump tool waits for the starts it takes over."""
     release = threading.Event()
 
-    def slow_start(binary: str, pid: int, with_locals: bool) -> str:
+    def slow_start(binary: str, pid: int, with_locals: bool, stdout: int) -> str:
         assert release.wait(30)
         return f"dump of {pid}"
 
@@ -176,5 +254,7 @@ def test_early_dumps_start_while_the_cli_imports(monkeypatch: pytest.MonkeyPatch
     pyspy.start_early(["hang", "--pids", "21", "22"])
     assert pyspy._early == {}  # not started yet, and start_early did not wait
     release.set()
-    assert str(pyspy.take_early("py-spy", 22)) == "dump of 22"
-    assert str(pyspy.take_early("py-spy", 21)) == "dump of 21"
+    for pid in (22, 21):
+        early = pyspy.take_early("py-spy", pid)
+        assert early is not None and str(early.process) == f"dump of {pid}"
+        early.close()

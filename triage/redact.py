@@ -60,6 +60,10 @@ _KEY_CANDIDATE = re.compile(r"(?<![A-Za-z0-9/+])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+
 _LOWER_RUN = re.compile(r"[a-z]{7}")
 
 
+def _mask_random_keys(text: str) -> str:
+    return _KEY_CANDIDATE.sub(lambda m: MASK if _random_key(m[0]) else m[0], text)
+
+
 def _random_key(token: str) -> bool:
     return (
         any(c.isupper() for c in token)
@@ -69,23 +73,21 @@ def _random_key(token: str) -> bool:
     )
 
 
-# Whatever any net above looks for holds one of these (lower-cased) or a 40-character run:
-# text without any is left alone after a few substring tests (most of a report: stacks,
-# NCCL lines, counts), at C speed.
+# Whatever a net above looks for by name or prefix holds one of these (lower-cased): text
+# without any is left alone after a few substring tests (most of a report: stacks, NCCL
+# lines, counts), at C speed, but for the one net that has no anchor word, the unnamed
+# 40-character key (`_KEY_CANDIDATE`).
 _ANCHOR_WORDS = (
     "token", "secret", "pass", "pwd", "credential", "key", "private", "auth", "cookie",
     "session", "signature", "sk-", "sk_", "rk_", "npm_", "pypi-", "ya29.", "ghp_", "gho_",
     "ghu_", "ghs_", "ghr_", "github_pat_", "xox", "hf_", "glpat-", "aiza", "akia", "asia",
     "eyj", "bearer", "://", "-----begin",
 )  # fmt: skip
-_KEY_RUN = re.compile(r"[A-Za-z0-9/+]{40}")
 
 
-def might_hold_secret(text: str) -> bool:
+def _has_anchor(text: str) -> bool:
     lower = text.lower()
-    if any(word in lower for word in _ANCHOR_WORDS):
-        return True
-    return len(text) >= 40 and _KEY_RUN.search(text) is not None
+    return any(word in lower for word in _ANCHOR_WORDS)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -98,11 +100,13 @@ def is_secret_name(name: str) -> bool:
 @functools.lru_cache(maxsize=1 << 16)  # a job's ranks repeat the same lines and frames
 def redact_text(text: str) -> str:
     """`text` with credential-shaped strings and values of secret-named keys masked."""
-    if not might_hold_secret(text):
-        return text
+    if not _has_anchor(text):
+        # A long path is a 40-character run too; only an exact one that reads as random
+        # is masked, which a scan that rarely matches finds at C speed.
+        return text if len(text) < 40 else _mask_random_keys(text)
     for shape in _SHAPES:
         text = shape.sub(MASK, text)
-    text = _KEY_CANDIDATE.sub(lambda m: MASK if _random_key(m[0]) else m[0], text)
+    text = _mask_random_keys(text)
     text = _URL_PASSWORD.sub(lambda m: m["scheme"] + MASK + "@", text)
     text = _AUTH_HEADER.sub(lambda m: m[0] if m["value"] == MASK else m["head"] + MASK, text)
 

@@ -14,11 +14,13 @@ instead of blaming permissions.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import threading
+from collections import deque
 from pathlib import Path
 
 PTRACE_HINT = (
@@ -34,8 +36,8 @@ BUSY_WAIT_S = 5.0
 FIRST_PAUSE_S = 0.02
 LONGEST_PAUSE_S = 0.25
 
-#: Dumps started before the CLI loaded, by pid: (binary, process). See `start_early`.
-_early: dict[int, tuple[str, subprocess.Popen[str]]] = {}
+#: Dumps started before the CLI loaded, by pid: (binary, dump). See `start_early`.
+_early: dict[int, tuple[str, EarlyDump]] = {}
 #: The thread that starts them, joined before one is taken.
 _starting: threading.Thread | None = None
 
@@ -58,6 +60,31 @@ class Dump:
         self.hint = hint
 
 
+class EarlyDump:
+    """A dump `start_early` began. Its JSON goes to an in-memory file, not a pipe: the
+    starter waits for one dump to end before it starts another, and a rank's stacks can
+    outgrow a pipe's buffer, which would hold the dump until someone read it."""
+
+    __slots__ = ("process", "output")
+
+    def __init__(self, process: subprocess.Popen[str], output: int) -> None:
+        self.process = process
+        self.output = output
+
+    def communicate(self, timeout_s: float) -> tuple[str, str]:
+        """The dump's JSON and its stderr, once it has ended."""
+        _, stderr = self.process.communicate(timeout=timeout_s)
+        os.lseek(self.output, 0, os.SEEK_SET)
+        chunks = []
+        while chunk := os.read(self.output, 1 << 20):
+            chunks.append(chunk)
+        self.close()
+        return b"".join(chunks).decode("utf-8", errors="replace"), stderr
+
+    def close(self) -> None:
+        os.close(self.output)
+
+
 def binary() -> str | None:
     """py-spy on PATH, or beside this interpreter (a venv that is not on PATH)."""
     return shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
@@ -74,12 +101,17 @@ def dump_command(py_spy: str, pid: int, with_locals: bool, nonblocking: bool = F
 
 
 def start_dump(
-    py_spy: str, pid: int, with_locals: bool, nonblocking: bool = False
+    py_spy: str,
+    pid: int,
+    with_locals: bool,
+    nonblocking: bool = False,
+    stdout: int = subprocess.PIPE,
 ) -> subprocess.Popen[str]:
-    """A py-spy dump of `pid`, running; its JSON comes on stdout, its reason on stderr."""
+    """A py-spy dump of `pid`, running; its JSON comes on `stdout` (a pipe unless a file
+    descriptor is given), its reason on stderr."""
     return subprocess.Popen(
         dump_command(py_spy, pid, with_locals, nonblocking),
-        stdout=subprocess.PIPE,
+        stdout=stdout,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
         text=True,
@@ -124,16 +156,33 @@ def start_early(argv: list[str]) -> None:
 
 
 def _start_all(found: str, pids: list[int]) -> None:
-    """Start the early dumps, from a thread: each start (a fork and an exec) takes a few
-    milliseconds, 32 of them as long as importing the CLI, which runs meanwhile."""
+    """Start the early dumps, from a thread, a few at a time: about one per core. Each
+    dump is a few milliseconds of CPU; 32 of them at once leave the CLI's import a sliver
+    of the cores until they all end, and then the CLI's own work runs alone on an idle
+    machine. Paced, the import runs beside them and the dumps end when it does."""
+    running: deque[subprocess.Popen[str]] = deque()
     for pid in pids:
+        if len(running) >= _IN_FLIGHT:
+            with contextlib.suppress(subprocess.TimeoutExpired):  # a slow one is not waited out
+                running.popleft().wait(timeout=PACE_WAIT_S)
         try:
-            _early[pid] = (found, start_dump(found, pid, with_locals=False))
+            output = os.memfd_create("py-spy-dump")
+            process = start_dump(found, pid, with_locals=False, stdout=output)
         except OSError:
             return
+        _early[pid] = (found, EarlyDump(process, output))
+        running.append(process)
 
 
-def take_early(py_spy: str, pid: int) -> subprocess.Popen[str] | None:
+#: Early dumps running at once: one per core and two more to cover their waits on the
+#: kernel. Measured at 32 ranks on 2 cores: `triage hang` about 385 ms against 450 ms
+#: with all 32 started at once (bench/hang_latency.py).
+_IN_FLIGHT = len(os.sched_getaffinity(0)) + 2
+#: How long the starter waits for a running dump before it starts the next regardless.
+PACE_WAIT_S = 0.5
+
+
+def take_early(py_spy: str, pid: int) -> EarlyDump | None:
     """The dump `start_early` began for `pid` with this binary, once; None otherwise."""
     if _starting is not None:
         _starting.join()
@@ -229,7 +278,8 @@ def dump_one(
     import random
     import time
 
-    process = None if with_locals or nonblocking else take_early(binary, pid)
+    early = None if with_locals or nonblocking else take_early(binary, pid)
+    process = early.process if early else None
     deadline, pause = time.monotonic() + BUSY_WAIT_S, FIRST_PAUSE_S
     while True:
         try:
@@ -237,10 +287,16 @@ def dump_one(
         except OSError as exc:
             return Dump(pid, error=f"pid {pid}: py-spy could not start: {exc}")
         try:
-            stdout, stderr = process.communicate(timeout=timeout_s)
+            if early is not None:
+                stdout, stderr = early.communicate(timeout_s)
+                early = None
+            else:
+                stdout, stderr = process.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             process.kill()
             process.communicate()
+            if early is not None:
+                early.close()
             return Dump(
                 pid,
                 error=f"pid {pid}: py-spy dump timed out after {timeout_s:g}s",

@@ -74,17 +74,29 @@ def _module(path: str) -> tuple[ast.Module, str] | None:
         return None
 
 
-def _enclosing(path: str, line: int, kinds: tuple[type[ast.stmt], ...]) -> list[ast.stmt]:
+@functools.lru_cache(maxsize=256)
+def _statements(path: str) -> tuple[tuple[int, int, ast.stmt], ...]:
+    """Every statement of the file with its first and last line: one walk of the tree
+    per file, however many ranks and frames ask about it."""
     parsed = _module(path)
     if parsed is None:
-        return []
-    found: list[ast.stmt] = []
-    for node in ast.walk(parsed[0]):
-        if isinstance(node, kinds):
-            start, end = node.lineno, node.end_lineno or node.lineno
-            if start <= line <= end:
-                found.append(node)
-    return sorted(found, key=lambda n: -n.lineno)
+        return ()
+    return tuple(
+        (node.lineno, node.end_lineno or node.lineno, node)
+        for node in ast.walk(parsed[0])
+        if isinstance(node, ast.stmt)
+    )
+
+
+@functools.lru_cache(maxsize=4096)  # a job's ranks stand at the same few lines
+def _enclosing(path: str, line: int, kinds: tuple[type[ast.stmt], ...]) -> tuple[ast.stmt, ...]:
+    """The statements of `kinds` around `line`, innermost first."""
+    found = [
+        node
+        for start, end, node in _statements(path)
+        if start <= line <= end and isinstance(node, kinds)
+    ]
+    return tuple(sorted(found, key=lambda n: -n.lineno))
 
 
 def innermost_loop(path: str, line: int) -> Block | None:
