@@ -410,6 +410,22 @@ def test_setup_that_stops_on_one_host_is_the_p2p_hang(tmp_path: Path) -> None:
     assert 0.5 <= top.confidence <= 0.7
 
 
+def test_setup_that_traces_a_bootstrap_failure_is_no_silent_p2p_stall(tmp_path: Path) -> None:
+    """NCCL_DEBUG=INFO traces a failed call up its callers (`bootstrap.cc:270 -> 2`): the
+    setup did not stop silently, its bootstrap sockets failed."""
+    trace = "".join(
+        f"ws-a6000:3301:3310 [1] NCCL INFO {where} -> 2\n"
+        for where in ("misc/socket.cc:567", "misc/socket.cc:618", "bootstrap.cc:270")
+    )
+    files = {f"rank{r}.log": nccl_setup("ws-a6000", 3300 + r, r, nranks=2) for r in (0, 1)}
+    files["rank1.log"] += trace
+    report = analyze_files(tmp_path, files)
+    assert "comm.p2p_unsupported" not in causes(report)
+    top = report.verdict
+    assert top is not None and top.cause_id == "comm.wrong_interface"
+    assert top.title.startswith("NCCL's bootstrap failed in its socket calls")
+
+
 def test_setup_that_stops_across_hosts_points_at_the_network(tmp_path: Path) -> None:
     files = {
         "rank0.log": nccl_setup("node-a", 3300, 0, nranks=2, dev=0),

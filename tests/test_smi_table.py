@@ -98,3 +98,30 @@ def test_alike_contexts_whose_gpus_own_row_was_cut_share_it(tmp_path: Path) -> N
     top = analyze_files(tmp_path, {"smi.txt": rows + cut}).hypotheses[0]
     assert top.cause_id == "oom.same_device"
     assert "4 of them hold the same 871 MiB each" in top.summary
+
+
+def gpu_table(used_mib: list[int]) -> str:
+    """nvidia-smi's GPU section, each GPU's row and its memory line, as driver 410 prints it."""
+    return "".join(
+        f"|   {gpu}  GeForce RTX 208...  Off  | 00000000:0{gpu + 4}:00.0 Off |"
+        "                  N/A |\n"
+        f"| 36%   30C    P8    15W / 250W | {mib:>6}MiB / 10989MiB |      0%      Default |\n"
+        "+-------------------------------+----------------------+----------------------+\n"
+        for gpu, mib in enumerate(used_mib)
+    )
+
+
+def test_a_first_gpu_holding_several_times_the_others_is_the_default_device(
+    tmp_path: Path,
+) -> None:
+    top = analyze_files(tmp_path, {"smi.txt": gpu_table([6520, 897, 897, 901])}).hypotheses[0]
+    assert (top.cause_id, top.confidence) == ("oom.same_device", 0.4)
+    assert top.title == "GPU 0 holds 6,520 MiB, the other GPUs about 897 MiB each"
+
+
+def test_gpus_holding_alike_or_a_rank_0_with_a_little_more_are_no_shared_device(
+    tmp_path: Path,
+) -> None:
+    for used in ([9800, 9700, 9750, 9800], [10500, 8200, 8150, 8210], [6520, 897, 3100, 900]):
+        report = analyze_files(tmp_path, {"smi.txt": gpu_table(used)})
+        assert "oom.same_device" not in [h.cause_id for h in report.hypotheses], used

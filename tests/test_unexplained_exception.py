@@ -28,20 +28,25 @@ def test_a_pasted_exception_line_is_a_traceback_without_frames(tmp_path: Path) -
 
 
 def test_an_exception_no_rule_reads_is_a_low_config_guess(tmp_path: Path) -> None:
+    """Read alone, an exception does not say whether the job hung behind it: a setup error
+    first, the rank that exited under its peers second."""
     report = analyze_files(tmp_path, {"rank1.log": f"[rank1]:{SHAPES}"})
     assert [(h.cause_id, h.rule_id) for h in report.hypotheses] == [
-        ("config.unknown", "logs.unexplained_exception")
+        ("config.unknown", "logs.unexplained_exception"),
+        ("hang.rank_exited", "logs.rank_raised"),
     ]
-    top = report.hypotheses[0]
-    assert top.confidence < 0.3 and top.ranks == [1]
-    assert "reduction dim" in top.title
+    for hypothesis in report.hypotheses:
+        assert hypothesis.confidence < 0.3 and hypothesis.ranks == [1]
+    assert "reduction dim" in report.hypotheses[0].title
+    assert report.hypotheses[1].title.startswith("an exception ended rank 1:")
 
 
 def test_the_guess_gives_way_to_any_other_finding(tmp_path: Path) -> None:
     oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
     report = analyze_files(tmp_path, {"rank0.log": f"{SHAPES}\n{oom}"})
     assert report.hypotheses
-    assert all(h.rule_id != "logs.unexplained_exception" for h in report.hypotheses)
+    last_resorts = ("logs.unexplained_exception", "logs.rank_raised")
+    assert all(h.rule_id not in last_resorts for h in report.hypotheses)
     assert report.hypotheses[0].cause_id.startswith("oom.")
 
 

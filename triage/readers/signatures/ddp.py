@@ -55,6 +55,16 @@ signature(
     summary="DDP saw a parameter's gradient hook fire twice (reentrant checkpointing, shared parameters)",
 )
 
+# torch.utils.checkpoint's reentrant variant warns when no input of a checkpointed block
+# requires grad (frozen embeddings under LoRA): the block's parameters get no gradient from
+# it, or, re-run in backward, fire DDP's hooks out of turn.
+signature(
+    "ddp.reentrant_no_grad_inputs",
+    r"None of the inputs have requires_grad=True\. Gradients will be None",
+    anchors="None of the inputs have requires_grad=True",
+    summary="reentrant activation checkpointing got no input that requires grad",
+)
+
 signature(
     "ddp.lightning_unused",
     r"LightningModule has parameters that were not used in producing the loss",

@@ -224,6 +224,17 @@ signature(
     extract=_nccl_error,
 )
 
+# NCCL_DEBUG=INFO traces a failed call back up its callers, one line per frame: `INFO
+# bootstrap.cc:270 -> 2`, the number an ncclResult_t (1 CUDA, 2 system, 3 internal, 4 invalid
+# argument, 5 invalid usage, 6 remote error). The innermost file says where it failed.
+signature(
+    "nccl.error_trace",
+    r"NCCL INFO (?P<file>[\w/.]+\.cc):(?P<line>\d+) -> (?P<code>[1-6])\b",
+    anchors=".cc:",
+    summary="NCCL traces a failed call back through its source (file:line -> result code)",
+    extract=lambda found: {"file": found["file"], "code": int(found["code"])},
+)
+
 # nccl-tests (all_reduce_perf & co.): the ranks it runs, then one row per message size.
 # A header with no row after it is a test stuck in its first collective.
 signature(
@@ -470,6 +481,15 @@ signature(
     r"Version mismatch: The cluster was started with:?",
     anchors="Version mismatch: The cluster was started with",
     summary="Ray: this process's Ray or Python version differs from the running cluster's",
+)
+
+# NCCL refuses CUDA-graph capture when its own build's CUDA runtime or the driver is too
+# old for it (strongstream.cc): a wheel built for an older CUDA than torch's, or an old driver.
+signature(
+    "nccl.graph_capture_unsupported",
+    r"NCCL cannot be captured in a graph if either it wasn't built with CUDA runtime",
+    anchors="NCCL cannot be captured in a graph",
+    summary="NCCL cannot be captured in a CUDA graph: its build's CUDA runtime or the driver is too old",
 )
 
 signature(

@@ -15,6 +15,16 @@ signature(
     extract=lambda found: {"gpu": int(found["gpu"])},
 )
 
+# The line under a GPU row: fan, temperature, power, then the GPU's memory in use and its
+# size (`| 36%   30C    P8    15W / 250W |   6520MiB / 10989MiB |`).
+signature(
+    "smi.gpu_memory",
+    r"^\|?\s*(?:\d+%|N/A)\s+\d+C\s+\S+.*?\|\s+(?P<used>\d+)MiB\s*/\s*(?P<total>\d+)MiB\s*\|",
+    anchors="MiB /",
+    summary="nvidia-smi's memory in use on the GPU of the row above",
+    extract=lambda found: {"used": int(found["used"]), "total": int(found["total"])},
+)
+
 signature(
     "smi.process_row",
     # the row's leading `|` may be lost where a paste cut the table's left edge

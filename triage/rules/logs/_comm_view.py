@@ -34,6 +34,7 @@ FACTS = frozenset(
         "setup.init_announced",
         "setup.init_completed",
         "smi.gpu_row",
+        "smi.gpu_memory",
         "smi.process_row",
         "ps.stopped_process",
         "nccl.tests_rank",

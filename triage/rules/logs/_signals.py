@@ -36,6 +36,25 @@ def tracebacks(
     return [(e, t) for e, t in found if dumps is None or t.dump == dumps]
 
 
+def first_exception(evidence: EvidenceSet) -> tuple[Evidence, TracebackRecord] | None:
+    """The text's first ordinary exception (not the launcher's or the interpreter's own
+    stop), where it was read; None when there is none."""
+    errors = [
+        (item, record)
+        for item, record in tracebacks(evidence, dumps=False)
+        if record.exception and record.exception.rsplit(".", 1)[-1] not in TEARDOWN_EXCEPTIONS
+    ]
+    return min(errors, key=lambda found: (found[1].path, found[1].line)) if errors else None
+
+
+def exception_line(record: TracebackRecord) -> tuple[str, str]:
+    """The exception as `Type: message`, and ` at file:line` of its user frame ('' when it
+    has none), for a finding's words."""
+    text = f"{record.exception}: {record.message}".strip().rstrip(":")
+    frame = record.user_frame
+    return text, f" at {frame.file}:{frame.line}" if frame else ""
+
+
 def ranks_of(items: Iterable[LogSignal | TracebackRecord]) -> list[int]:
     return sorted({i.rank for i in items if i.rank is not None})
 

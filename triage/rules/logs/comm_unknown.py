@@ -12,7 +12,7 @@ from triage.rules.logs._signals import Signal, ranks_of
 from triage.text import rank_label
 
 _COMM_ERROR = re.compile(r"NCCL error|NCCL Error|nccl\w*Error|[Gg]loo|ProcessGroupNCCL")
-_GENERIC = ("nccl.error", "generic.comm_failure")
+_GENERIC = ("nccl.error", "nccl.error_trace", "generic.comm_failure")
 
 
 @rule("logs.comm_unknown", "comm.unknown")
@@ -21,7 +21,8 @@ def comm_unknown(evidence: EvidenceSet) -> Iterator[Finding]:
 
     What it detects:
     torch's `NCCL error in: ... unhandled system error / internal error / invalid usage`,
-    NCCL result codes (ncclSystemError, ncclInternalError, ...), NCCL WARN lines other than
+    NCCL result codes (ncclSystemError, ncclInternalError, ...), NCCL_DEBUG=INFO's trace of
+    a failed call (`transport/net.cc:1012 -> 2`), NCCL WARN lines other than
     harmless plugin probes, gloo's `connectFullMesh failed`, with none of the signatures that
     name a cause (shared memory, interface, InfiniBand, P2P, rendezvous, versions), no lost
     peer, and no failure of another family (a duplicate GPU, an OOM, a timeout) that its own

@@ -16,7 +16,7 @@ _TEXT = re.compile(r"ready only once|ready twice|graph has changed|static_graph"
 _AUTOGRAD = re.compile(r"(^|/)torch/autograd/(__init__|graph)\.py$")
 _ENGINE = frozenset({"_engine_run_backward", "backward"})
 _CHECKPOINT = re.compile(r"checkpoint", re.IGNORECASE)
-_FIX_REENTRANT = (
+FIX_REENTRANT = (
     "Use non-reentrant activation checkpointing: torch.utils.checkpoint.checkpoint(..., "
     "use_reentrant=False) (transformers: gradient_checkpointing_kwargs={'use_reentrant': "
     "False}); do not checkpoint the same module twice. If the graph is the same every "
@@ -89,7 +89,7 @@ def ddp_reducer(evidence: EvidenceSet) -> Iterator[Finding]:
         detail = _named(twice) + (
             f" The traceback re-enters autograd inside backward ({_reentry(reentrant[0][1])})."
         )
-        confidence, fix, items = 0.92, _FIX_REENTRANT, twice
+        confidence, fix, items = 0.92, FIX_REENTRANT, twice
     elif twice:
         what = "DDP marked a parameter ready twice in one backward"
         detail = _named(twice)

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._signals import TEARDOWN_EXCEPTIONS, tracebacks
+from triage.rules.logs._signals import exception_line, first_exception
 
 
 @rule("logs.unexplained_exception", "config.unknown", last_resort=True)
@@ -39,21 +39,17 @@ def unexplained_exception(evidence: EvidenceSet) -> Iterator[Finding]:
     References:
     https://pytorch.org/docs/stable/distributed.html#debugging-torch-distributed-applications
     """
-    errors = [
-        (item, record)
-        for item, record in tracebacks(evidence, dumps=False)
-        if record.exception and record.exception.rsplit(".", 1)[-1] not in TEARDOWN_EXCEPTIONS
-    ]
-    if not errors:
+    found = first_exception(evidence)
+    if found is None:
         return
-    item, first = min(errors, key=lambda found: (found[1].path, found[1].line))
-    text = f"{first.exception}: {first.message}".strip().rstrip(":")
+    item, first = found
+    text, where = exception_line(first)
     frame = first.user_frame
-    where = f" at {frame.file}:{frame.line}" if frame else ""
     yield Finding(
         title=f"an exception stopped the job: {text[:120]}",
         summary=f"The first exception is `{text[:200]}`{where}; no rule names its cause, so"
-        " the kind of failure is a guess: the job's code and its setup disagree.",
+        " the kind of failure is a guess: the job's code and its setup disagree, or (the"
+        " other reading) a bug of the code that only stopped this rank.",
         ranks=[first.rank] if first.rank is not None else [],
         location=frame.location() if frame else None,
         confidence=0.12,

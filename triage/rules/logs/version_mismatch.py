@@ -24,7 +24,9 @@ def version_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     bootstrap `Message truncated` (peers speak different NCCL protocols); NCCL's `Cuda
     failure 'named symbol not found'` or `no kernel image` (its kernels predate the GPU);
     Ray's `Version mismatch: The cluster was started with:` (a job whose Ray or Python
-    differs from the running cluster's); weaker, NCCL's topology search failing (`Failed to find reverse path from remNode`,
+    differs from the running cluster's); NCCL's `cannot be captured in a graph if either it
+    wasn't built with CUDA runtime >= 11.3 or if the installed CUDA driver < R465` (an NCCL
+    built for an older CUDA than the job's); weaker, NCCL's topology search failing (`Failed to find reverse path from remNode`,
     `Attribute busid of node nic not found`): a release older than the machine, or devices
     hidden unevenly.
 
@@ -123,6 +125,20 @@ def _findings(view: CommView) -> list[Found]:
     driver = view.of("driver.insufficient", "driver.too_old")
     if driver:
         found.append((0.85, "the NVIDIA driver is too old for this CUDA build", driver, _DRIVER))
+    capture = view.of("nccl.graph_capture_unsupported")
+    if capture:
+        found.append(
+            (
+                0.75,
+                "the NCCL library the job loads cannot be captured in a CUDA graph: it was built"
+                " for an older CUDA runtime than the job's, or the driver is older than R465",
+                capture,
+                "Load an NCCL built for the job's CUDA (the nvidia-nccl wheel of torch's CUDA"
+                " major, e.g. nvidia-nccl-cu12 under a cu12 torch; unset LD_LIBRARY_PATH or"
+                " VLLM_NCCL_SO_PATH entries that point at another libnccl) and a driver of R465"
+                " or later; running without CUDA graphs (eager mode) works around it.",
+            )
+        )
     symbols = view.of("nccl.undefined_symbol")
     if symbols:
         symbol = symbols[0][1].fields.get("symbol")

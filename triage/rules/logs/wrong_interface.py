@@ -82,6 +82,10 @@ _IFNAME_FIX = (
 )
 
 
+#: NCCL's bootstrap: a TCP ring over the socket interface that every rank joins first.
+_BOOTSTRAP = re.compile(r"(^|/)bootstrap\.cc$")
+
+
 def _findings(view: CommView) -> list[Found]:
     overrides = view.overrides()
     multi = view.multi_host
@@ -197,6 +201,21 @@ def _findings(view: CommView) -> list[Found]:
                 "a multi-host NCCL job over sockets stops during communicator setup",
                 view.of("nccl.bootstrap_interface", "nccl.socket_interfaces", "nccl.init"),
                 _IFNAME_FIX.format(var="NCCL_SOCKET_IFNAME"),
+            )
+        )
+    bootstrap = [
+        (e, s) for e, s in view.of("nccl.error_trace") if _BOOTSTRAP.search(str(s.fields["file"]))
+    ]
+    if bootstrap and not found:
+        found.append(
+            (
+                0.45 if multi is not False else 0.35,
+                "NCCL's bootstrap failed in its socket calls",
+                bootstrap + view.of("nccl.bootstrap_interface", "nccl.ib_devices"),
+                _IFNAME_FIX.format(var="NCCL_SOCKET_IFNAME")
+                + " The bootstrap always uses sockets, InfiniBand or not: the out-of-band"
+                " interface (`OOB` in `NET/IB : Using`, `Bootstrap : Using`) is the one it"
+                " needs. Check that no firewall blocks the ports between the hosts.",
             )
         )
     unnamed = view.unnamed("internal", "system") if multi and not view.uses_ib() else []
