@@ -205,3 +205,39 @@ def test_lightning_eval_warnings_beside_a_crash_are_background(tmp_path: Path) -
     report = analyze_files(tmp_path, {"train.log": f"{warning}\n{crash}"})
     found = hypothesis(report, "wrong.eval_sharding")
     assert found.confidence <= 0.3
+
+
+def _eval_line(step: int, seconds: float, loss: str, acc: str) -> str:
+    """pytorch/examples' ImageNet validation line (ProgressMeter), tab-separated."""
+    return (
+        f"Test: [{step:>2}/49]\tTime {seconds:6.3f} ({seconds:6.3f})\tLoss {loss} ({loss})\t"
+        f"Acc@1 {acc} ({acc})\tAcc@5  92.87 ( 92.87)\n"
+    )
+
+
+def test_ranks_printing_the_same_eval_batch_alike_evaluate_the_whole_set(tmp_path: Path) -> None:
+    console = "".join(_eval_line(0, 5.4 + r / 10, "9.5338e-01", " 75.10") for r in range(4))
+    top = analyze_files(tmp_path, {"console.log": console}).verdict
+    assert top is not None and (top.cause_id, top.confidence) == ("wrong.eval_sharding", 0.45)
+    assert top.title.startswith("4 processes print the same evaluation batch 0/49")
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        # sharded ranks: the same batch counter, other samples, other losses
+        {f"rank{r}.log": _eval_line(0, 5.5, f"9.{r}338e-01", f" 7{r}.10") for r in range(4)},
+        # one console that printed each line twice (two logging handlers)
+        {"console.log": _eval_line(0, 5.5, "9.5338e-01", " 75.10") * 2},
+        # one rank that printed the same batch twice
+        {
+            "rank0.log": _eval_line(0, 5.5, "9.5338e-01", " 75.10")
+            + _eval_line(0, 5.6, "9.5338e-01", " 75.10")
+        },
+    ],
+)
+def test_eval_lines_that_differ_or_repeat_one_writer_are_no_sharding_finding(
+    tmp_path: Path, files: dict[str, str]
+) -> None:
+    report = analyze_files(tmp_path, files)
+    assert "wrong.eval_sharding" not in [h.cause_id for h in report.hypotheses]

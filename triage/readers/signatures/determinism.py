@@ -75,6 +75,38 @@ signature(
     summary="accelerate's gather_for_metrics could not drop the samples padded onto the last batch",
 )
 
+_METRIC = re.compile(
+    r"(?i)\b(?P<name>loss|acc(?:uracy)?(?:@\d+)?|top-?\d|prec(?:ision)?(?:@\d+)?|miou|map|f1)"
+    r"\b\s*[:=]?\s*(?P<value>-?\d+\.\d+(?:e[-+]?\d+)?)"
+)
+
+
+def _eval_batch(found: re.Match[str]) -> dict[str, Any]:
+    metrics = [f"{m['name'].lower()}={m['value']}" for m in _METRIC.finditer(found["rest"])]
+    return {
+        "stage": found["stage"].lower(),
+        "step": int(found["step"]),
+        "steps": int(found["steps"]),
+        "metrics": ";".join(metrics),
+    }
+
+
+# A per-batch evaluation line (`Test: [ 0/49]  Time ...  Loss 9.5338e-01  Acc@1 75.10`):
+# its batch counter and the metric values it printed, to tell whether several processes
+# evaluated the same batches.
+signature(
+    "eval.batch_metrics",
+    r"(?i)\b(?P<stage>test|val|valid|validation|eval|evaluation)\b\W{0,3}\[\s*(?P<step>\d+)"
+    r"\s*/\s*(?P<steps>\d+)\s*\](?P<rest>.*)",
+    anchors=tuple(
+        f"{word}{sep}["
+        for word in ("Test", "test", "Val", "val", "Valid", "Validation", "Eval", "eval")
+        for sep in (": ", " ", ":")
+    ),
+    summary="a per-batch evaluation line: its batch counter and the metrics it printed",
+    extract=_eval_batch,
+)
+
 # --- wrong.placement ---------------------------------------------------------------------
 
 _PLACEMENT = r"(?:Shard|Replicate|Partial|_StridedShard)\([^()]*\)"

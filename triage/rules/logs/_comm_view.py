@@ -41,6 +41,7 @@ FACTS = frozenset(
         "nccl.tests_result",
         "hang.nccl_coll",
         "hang.progress_print",
+        "eval.batch_metrics",
         "hang.native_wait",
         "nccl.version",
         "nccl.bootstrap_interface",

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._signals import Found, ids, ranks_of, signals, strongest, tracebacks
+from triage.rules.logs._signals import (
+    Found,
+    Signal,
+    ids,
+    ranks_of,
+    signals,
+    strongest,
+    tracebacks,
+)
 from triage.text import rank_label
 
 CRASH_CAP = 0.3
@@ -21,6 +30,11 @@ _SYNC_FIX = (
     "Accumulate epoch metrics across ranks: self.log(name, value, sync_dist=True) (or a "
     "torchmetrics Metric object passed to self.log), so the logged value covers every rank's "
     "shard instead of rank 0's."
+)
+_SHARD_FIX = (
+    "Give the evaluation loader a DistributedSampler(shuffle=False) as the training loader has"
+    " (or evaluate on rank 0 alone), and reduce the per-rank sums across ranks before"
+    " printing the metric."
 )
 _GATHER_FIX = (
     "Give the evaluation dataset a length (a map-style Dataset) so gather_for_metrics can drop "
@@ -38,12 +52,16 @@ def eval_sharding(evidence: EvidenceSet) -> Iterator[Finding]:
     evaluated exactly once`, its `It is recommended to use self.log('val_acc', ...,
     sync_dist=True) when logging on epoch level in distributed setting`, and accelerate's
     `The used dataset had no length, returning gathered tensors. You should drop the
-    remainder yourself.`
+    remainder yourself.`; and weaker (0.45), per-batch evaluation lines (`Test: [ 0/49] ...
+    Loss 9.5338e-01 Acc@1 75.10`) that two or more processes print with the same batch
+    counter and the same metric values: each evaluated the same batches, the whole set.
 
     Why it happens:
     DistributedSampler pads the dataset to a multiple of the world size by repeating
     samples, so gathered predictions count some twice; metrics logged without sync_dist are
-    rank 0's shard only; both make distributed metrics differ from single-device ones.
+    rank 0's shard only; an evaluation loader without a DistributedSampler gives every rank
+    the whole set (N times the work, and metrics summed across ranks count it N times); all
+    make distributed metrics differ from single-device ones.
 
     Evidence:
     The warnings, the stage (validate/test) and the metric names.
@@ -96,6 +114,18 @@ def eval_sharding(evidence: EvidenceSet) -> Iterator[Finding]:
                 _GATHER_FIX,
             )
         )
+    repeated = _repeated_batches(evidence)
+    if repeated:
+        step, steps = repeated[0][1].fields["step"], repeated[0][1].fields["steps"]
+        found.append(
+            (
+                0.45,
+                f"{len(repeated)} processes print the same evaluation batch {step}/{steps} with"
+                " the same metrics: each evaluates the whole set, not its shard",
+                repeated,
+                _SHARD_FIX,
+            )
+        )
     if not found:
         return
     (confidence, what, items, fix), every = strongest(found)
@@ -120,3 +150,24 @@ def eval_sharding(evidence: EvidenceSet) -> Iterator[Finding]:
         confirm="the metric computed on one device (or over de-duplicated gathered sample ids) "
         "differs from the distributed one, and the gathered sample count exceeds len(dataset)",
     )
+
+
+def _repeated_batches(evidence: EvidenceSet) -> list[Signal]:
+    """Per-batch evaluation lines that two or more processes printed alike: the same batch
+    counter and the same metric values. Sharded ranks evaluate different samples, so their
+    losses differ; identical ones mean each rank evaluated the same batches. One rank
+    repeating itself does not count, nor a line printed twice to one console (two logging
+    handlers): the copies must come from different ranks or differ elsewhere (timings)."""
+    groups: dict[tuple[object, ...], list[Signal]] = defaultdict(list)
+    for item in signals(evidence, "eval.batch_metrics"):
+        fields = item[1].fields
+        if fields.get("metrics"):
+            key = (fields["stage"], fields["step"], fields["steps"], fields["metrics"])
+            groups[key].append(item)
+    for items in groups.values():
+        known = [s.rank for _, s in items if s.rank is not None]
+        if len(set(known)) < len(known):
+            continue
+        if len(set(known)) >= 2 or len({s.text for _, s in items}) >= 2:
+            return items
+    return []
