@@ -137,6 +137,8 @@ def test_one_long_line_cut_inside_a_word_is_joined(tmp_path: Path) -> None:
         "config/megatron-ckpt-tp1-loaded-with-tp2",
         # four NCCL lines whose rests are two characters short of the width
         "hang/nccl-2-12-two-ranks-both-send-before-recv-on-concurrent-streams-hang",
+        # two long lines, one cut just after the space before `service not known`
+        "comm/torchelastic-k8s-pod-hostname-not-resolvable-tcpstore-host-not-found",
     ],
 )
 @pytest.mark.parametrize("quoted", [False, True], ids=["as-cut", "quoted-after-the-cut"])
@@ -148,6 +150,19 @@ def test_cut_lines_join_however_the_cut_fell(tmp_path: Path, name: str, quoted: 
     log.write_text(cut + "\n")
     assert wrap_width(log, log.stat().st_size) is not None
     assert top(tmp_path / "report", cut) == top(tmp_path / "plain", evidence) == cause
+
+
+def test_a_cut_before_punctuation_no_line_starts_with_is_joined(tmp_path: Path) -> None:
+    """A watchdog line cut inside `timeout` and again before `=1800000)` (a dev case's two
+    lines): two cuts, both the rest of a line."""
+    name = "hang/sagemaker-qlora-fsdp-mixtral-merged-model-save-allreduce-watchdog"
+    evidence, _ = case(name)
+    cut = DRESSES["cut-80"](evidence)
+    assert "\n=1800000)" in cut
+    log = tmp_path / "tmux.txt"
+    log.write_text(cut + "\n")
+    assert wrap_width(log, log.stat().st_size) == 80
+    assert top(tmp_path / "report", cut) == top(tmp_path / "plain", evidence) is not None
 
 
 def test_an_indented_line_after_a_long_one_is_not_its_rest(tmp_path: Path) -> None:

@@ -72,15 +72,22 @@ def wrap_width(path: Path, size: int) -> int | None:
 
 
 def _continued(line: str, following: str) -> bool:
-    """A cut that split a word (`enviro` / `nment variable ...`) or fell on the space
-    before one (`line 58,` / ` in _compare`): the next line goes on with the sentence."""
+    """A cut that split a word (`enviro` / `nment variable ...`), fell on the space before
+    one (`line 58,` / ` in _compare`) or just after it (`Name or ` / `service not known`),
+    or before punctuation no line starts with: the next line goes on with the sentence."""
     if _same_start(line, following):
         return False
     if following[:1] == " " and following[1:2].strip():
         return not line.endswith(" ")
-    return (
-        line[-1:].isalnum() and following[:1].isalnum() and following[:1].lower() == following[:1]
-    )
+    if following[:1] in _NEVER_FIRST:
+        return True
+    goes_on = following[:1].isalnum() and following[:1].lower() == following[:1]
+    return goes_on and (line[-1:].isalnum() or (line.endswith(" ") and not line.endswith("  ")))
+
+
+#: Characters no log line starts with: after a line of the terminal's width, the rest of
+#: it (`Timeout(ms)` / `=1800000)`).
+_NEVER_FIRST = frozenset("=,.:;)]}")
 
 
 def _same_start(line: str, following: str) -> bool:
