@@ -145,7 +145,7 @@ def start_early(argv: list[str]) -> None:
         if taking:
             pids += [int(p) for p in token.replace(",", " ").split() if p.isdigit()]
     found = binary() if pids else None
-    if found is None:
+    if found is None or not hasattr(os, "memfd_create"):  # Linux: the dumps' in-memory files
         return
     global _starting
     if _starting is not None:  # one start at a time: `take_early` waits for the last
@@ -167,16 +167,21 @@ def _start_all(found: str, pids: list[int]) -> None:
                 running.popleft().wait(timeout=PACE_WAIT_S)
         try:
             output = os.memfd_create("py-spy-dump")
+        except OSError:
+            return
+        try:
             process = start_dump(found, pid, with_locals=False, stdout=output)
         except OSError:
+            os.close(output)
             return
         _early[pid] = (found, EarlyDump(process, output))
         running.append(process)
 
 
 #: Early dumps running at once: one per core and two more to cover their waits on the
-#: kernel. Measured at 32 ranks on 2 cores: `triage hang` about 385 ms against 450 ms
-#: with all 32 started at once (bench/hang_latency.py).
+#: kernel. Measured at 32 ranks on 2 cores (bench/hang_latency.py): `triage hang` 1.27x the
+#: sequential py-spy loop, against 1.44x with all 32 started at once; 3 to 4 at once were
+#: alike, 2 and 6 slower.
 _IN_FLIGHT = len(os.sched_getaffinity(0)) + 2
 #: How long the starter waits for a running dump before it starts the next regardless.
 PACE_WAIT_S = 0.5
