@@ -112,7 +112,8 @@ def unwrap(path: Path, width: int, dest: Path) -> tuple[list[int], int]:
     for number, line in enumerate(lines, 1):
         if not pending:
             start = number
-        if len(line) == width and not _bordered(line):
+        following = lines[number] if number < len(lines) else ""
+        if len(line) == width and (not _bordered(line) or _border_rest(following)):
             pending += line
             continue
         out.append(pending + line)
@@ -136,3 +137,9 @@ def _lines(text: str) -> list[str]:
 
 def _bordered(line: str) -> bool:
     return line.rstrip().endswith(_BORDERS)
+
+
+def _border_rest(line: str) -> bool:
+    """A table row's last border alone on a line (`|`, `+`): the row was one character
+    wider than the terminal, and a border cut off is no row of its own."""
+    return 0 < len(line) <= 2 and all(c in _BORDERS for c in line)
