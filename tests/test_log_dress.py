@@ -167,6 +167,24 @@ def test_a_cut_before_punctuation_no_line_starts_with_is_joined(tmp_path: Path) 
     assert top(tmp_path / "report", cut) == top(tmp_path / "plain", evidence) is not None
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        # a frame cut inside `_pre_state_dict_hook`, its rest starting with `_`
+        "oom/bagel-fsdp-ema-full-state-dict-unshard-oom-at-checkpoint-save",
+        # a path cut after `pytorch_`, its rest starting with digits
+        "comm/examples-rpc-parameter-server-master-gloo-reset-by-peer-worker-forward-signature-crash",
+    ],
+)
+def test_a_cut_inside_an_identifier_is_joined(tmp_path: Path, name: str) -> None:
+    evidence, cause = case(name)
+    cut = DRESSES["cut-120"](evidence)
+    log = tmp_path / "tmux.txt"
+    log.write_text(cut + "\n")
+    assert wrap_width(log, log.stat().st_size) == 120
+    assert top(tmp_path / "report", cut) == top(tmp_path / "plain", evidence) == cause
+
+
 def test_an_indented_line_after_a_long_one_is_not_its_rest(tmp_path: Path) -> None:
     """A code block's next line starts with several spaces: that is not a cut's rest."""
     log = tmp_path / "trace.txt"

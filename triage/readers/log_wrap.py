@@ -81,8 +81,10 @@ def _continued(line: str, following: str) -> bool:
         return not line.endswith(" ")
     if following[:1] in _NEVER_FIRST:
         return True
-    goes_on = following[:1].isalnum() and following[:1].lower() == following[:1]
-    return goes_on and (line[-1:].isalnum() or (line.endswith(" ") and not line.endswith("  ")))
+    first, last = following[:1], line[-1:]
+    goes_on = (first.isalnum() and first.lower() == first) or first == "_"
+    in_word = last.isalnum() or last == "_"  # an identifier: `in _pre` / `_state_dict_hook`
+    return goes_on and (in_word or (line.endswith(" ") and not line.endswith("  ")))
 
 
 #: Characters no log line starts with: after a line of the terminal's width, the rest of
