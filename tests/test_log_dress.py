@@ -168,21 +168,28 @@ def test_a_cut_before_punctuation_no_line_starts_with_is_joined(tmp_path: Path) 
 
 
 @pytest.mark.parametrize(
-    "name",
+    ("name", "width"),
     [
         # a frame cut inside `_pre_state_dict_hook`, its rest starting with `_`
-        "oom/bagel-fsdp-ema-full-state-dict-unshard-oom-at-checkpoint-save",
+        ("oom/bagel-fsdp-ema-full-state-dict-unshard-oom-at-checkpoint-save", 120),
         # a path cut after `pytorch_`, its rest starting with digits
-        "comm/examples-rpc-parameter-server-master-gloo-reset-by-peer-worker-forward-signature-crash",
+        (
+            "comm/examples-rpc-parameter-server-master-gloo-reset-by-peer-worker-forward-signature-crash",
+            120,
+        ),
+        # a host name cut after `huggingface.`, its rest `co/models =)`
+        ("hang/hf-trainer-early-stopping-per-rank-metrics-one-rank-hits-final-barrier", 80),
     ],
 )
-def test_a_cut_inside_an_identifier_is_joined(tmp_path: Path, name: str) -> None:
-    evidence, cause = case(name)
-    cut = DRESSES["cut-120"](evidence)
+def test_a_cut_inside_a_name_is_joined(tmp_path: Path, name: str, width: int) -> None:
+    """Two cuts in a paste, each inside an identifier, a path or a dotted name: both are
+    the rest of their line, and the text reads as posted."""
+    evidence, _ = case(name)
+    cut = DRESSES[f"cut-{width}"](evidence)
     log = tmp_path / "tmux.txt"
     log.write_text(cut + "\n")
-    assert wrap_width(log, log.stat().st_size) == 120
-    assert top(tmp_path / "report", cut) == top(tmp_path / "plain", evidence) == cause
+    assert wrap_width(log, log.stat().st_size) == width
+    assert top(tmp_path / "report", cut) == top(tmp_path / "plain", evidence) is not None
 
 
 def test_an_indented_line_after_a_long_one_is_not_its_rest(tmp_path: Path) -> None:

@@ -83,7 +83,9 @@ def _continued(line: str, following: str) -> bool:
         return True
     first, last = following[:1], line[-1:]
     goes_on = (first.isalnum() and first.lower() == first) or first == "_"
-    in_word = last.isalnum() or last == "_"  # an identifier: `in _pre` / `_state_dict_hook`
+    # a word, an identifier, a dotted name or a path: `in _pre` / `_state_dict_hook`,
+    # `huggingface.` / `co/models`
+    in_word = last.isalnum() or last in "_./-"
     return goes_on and (in_word or (line.endswith(" ") and not line.endswith("  ")))
 
 
