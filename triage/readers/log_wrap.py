@@ -72,21 +72,21 @@ def wrap_width(path: Path, size: int) -> int | None:
 
 
 def _continued(line: str, following: str) -> bool:
-    """A cut that split a word (`enviro` / `nment variable ...`), fell on the space before
+    """A cut that split a word, an identifier, a dotted name or a path (`enviro` / `nment`,
+    `in _pre` / `_state_dict_hook`, `huggingface.` / `co/models`), fell on the space before
     one (`line 58,` / ` in _compare`) or just after it (`Name or ` / `service not known`),
     or before punctuation no line starts with: the next line goes on with the sentence."""
     if _same_start(line, following):
         return False
-    if following[:1] == " " and following[1:2].strip():
-        return not line.endswith(" ")
-    if following[:1] in _NEVER_FIRST:
-        return True
     first, last = following[:1], line[-1:]
+    if first == " " and following[1:2].strip():
+        return not line.endswith(" ")
+    if first in _NEVER_FIRST:
+        return True
     goes_on = (first.isalnum() and first.lower() == first) or first == "_"
-    # a word, an identifier, a dotted name or a path: `in _pre` / `_state_dict_hook`,
-    # `huggingface.` / `co/models`
-    in_word = last.isalnum() or last in "_./-"
-    return goes_on and (in_word or (line.endswith(" ") and not line.endswith("  ")))
+    in_name = last.isalnum() or last in "_./-"
+    after_space = line.endswith(" ") and not line.endswith("  ")
+    return goes_on and (in_name or after_space)
 
 
 #: Characters no log line starts with: after a line of the terminal's width, the rest of

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._signals import tracebacks
+from triage.rules.logs._signals import ranks_of, tracebacks
 
 #: Words of a distributed setup: launcher variables, process-group setup, devices, sizes.
 #: The variables' names count in capitals only: "rank" is a word of many messages.
@@ -56,7 +56,7 @@ def config_markers(evidence: EvidenceSet) -> Iterator[Finding]:
     yield Finding(
         title=f"the job's setup failed: {text[:120]}",
         summary=f"The first exception is about the distributed setup: `{text[:200]}`.",
-        ranks=[first.rank] if first.rank is not None else [],
+        ranks=ranks_of([first]),
         location=frame.location() if frame else None,
         confidence=0.2,
         evidence=[item.id],

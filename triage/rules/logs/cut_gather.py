@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._signals import tracebacks
+from triage.rules.logs._signals import ranks_of, tracebacks
 from triage.rules.memory.collective_peak import FIX
 
 #: Functions that gather: torch's all_gather family, FSDP's unshard and its full state
@@ -61,7 +61,7 @@ def cut_gather(evidence: EvidenceSet) -> Iterator[Finding]:
             " input on every rank, so running out of memory there is the likely failure; an"
             " NCCL error or a timeout in the gather is the other, and the line after the last"
             " frame says which.",
-            ranks=[record.rank] if record.rank is not None else [],
+            ranks=ranks_of([record]),
             location=user.location(),
             confidence=0.15,
             evidence=[item.id],

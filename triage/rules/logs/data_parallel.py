@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._signals import tracebacks
+from triage.rules.logs._signals import ranks_of, tracebacks
 
 #: nn.DataParallel's own modules: its forward scatters the batch, replicates the module on
 #: every visible GPU and runs the replicas in threads.
@@ -59,7 +59,7 @@ def data_parallel(evidence: EvidenceSet) -> Iterator[Finding]:
             " visible GPU each step, which is what a trainer does when the script was started"
             " with plain python on a machine with several GPUs. Quantized, device-mapped or"
             " otherwise unreplicable models fail there.",
-            ranks=[record.rank] if record.rank is not None else [],
+            ranks=ranks_of([record]),
             location=record.user_frame.location() if record.user_frame else None,
             confidence=0.3,
             evidence=[item.id],

@@ -11,7 +11,7 @@ from triage.observations import Frame, RankActivity, TracebackRecord
 from triage.readers.stacks import is_user_code
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._hang_lines import HangLog, hang_log, short_path
-from triage.rules.logs._signals import collective_of, signals
+from triage.rules.logs._signals import collective_of, ranks_of, signals
 from triage.text import rank_label, rank_subject
 
 # Code paths that typically run on one rank and issue collectives of their own.
@@ -319,8 +319,7 @@ def _lone_case(
     title: str,
 ) -> _Case:
     """The case one process's dump makes: its rank (when known) and its dump as evidence."""
-    ranks = [record.rank] if record.rank is not None else []
-    return _Case(ranks, confidence, why, [item.id], location, title)
+    return _Case(ranks_of([record]), confidence, why, [item.id], location, title)
 
 
 def busy_frame(frames: Sequence[Frame]) -> Frame | None:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._signals import exception_line, first_exception
+from triage.rules.logs._signals import exception_line, first_exception, ranks_of
 
 
 @rule("logs.rank_raised", "hang.rank_exited", last_resort=True)
@@ -56,7 +56,7 @@ def rank_raised(evidence: EvidenceSet) -> Iterator[Finding]:
         " for it in their next collective until a timeout or the launcher stops them: if"
         " the job hung, this exception is the cause. If every rank raised it alike, it is"
         " a setup error instead.",
-        ranks=[first.rank] if first.rank is not None else [],
+        ranks=ranks_of([first]),
         location=frame.location() if frame else None,
         confidence=0.11,
         evidence=[item.id],

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._signals import exception_line, first_exception
+from triage.rules.logs._signals import exception_line, first_exception, ranks_of
 
 
 @rule("logs.unexplained_exception", "config.unknown", last_resort=True)
@@ -50,7 +50,7 @@ def unexplained_exception(evidence: EvidenceSet) -> Iterator[Finding]:
         summary=f"The first exception is `{text[:200]}`{where}; no rule names its cause, so"
         " the kind of failure is a guess: the job's code and its setup disagree, or (the"
         " other reading) a bug of the code that only stopped this rank.",
-        ranks=[first.rank] if first.rank is not None else [],
+        ranks=ranks_of([first]),
         location=frame.location() if frame else None,
         confidence=0.12,
         evidence=[item.id],
