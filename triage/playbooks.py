@@ -47,7 +47,8 @@ class NextStep(Contract):
     text: str
     unless_evidence: list[str] = Field(
         default_factory=list,
-        description="Evidence kinds, e.g. 'fr_overview': the step is left out when any is present.",
+        description="Evidence kinds, e.g. 'fr_overview', or a kind and its format, e.g. "
+        "'memory_dump:snapshot': the step is left out when any is present.",
     )
     unless_signals: list[str] = Field(
         default_factory=list,
@@ -64,6 +65,8 @@ class NextStep(Contract):
         """Whether the step is still worth doing given what was gathered."""
         for item in evidence:
             if item.kind in self.unless_evidence:
+                return False
+            if f"{item.kind}:{item.data.get('format')}" in self.unless_evidence:
                 return False
             name = item.data.get("signature") if item.kind == "log_signal" else None
             if isinstance(name, str) and any(

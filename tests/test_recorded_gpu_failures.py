@@ -1,0 +1,48 @@
+"""What a real GPU wrote (tests/fixtures/gpu, recorded on an H100): the verdicts a user
+would get from those files, which no GPU-less test can produce."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from typer.testing import CliRunner
+
+from tests.conftest import REPO
+from triage.cli import app
+
+GPU = REPO / "tests" / "fixtures" / "gpu"
+
+
+def analyze(*paths: Path) -> dict[str, Any]:
+    result = CliRunner().invoke(app, ["analyze", *map(str, paths), "--json"])
+    assert result.exit_code == 0, result.output
+    report: dict[str, Any] = json.loads(result.stdout)
+    return report
+
+
+def test_an_allocation_larger_than_the_gpu_is_capacity_with_the_snapshot_read() -> None:
+    report = analyze(GPU / "gpu_oom.log", GPU / "oom_snapshot.pickle")
+    top = report["hypotheses"][0]
+    assert top["cause_id"] == "oom.capacity" and top["confidence"] >= 0.8
+    assert top["location"]["line"] == 7 and top["location"]["file"].endswith("gpu_oom.py")
+    [dump] = [e for e in report["evidence"] if e["kind"] == "memory_dump"]
+    assert dump["data"]["format"] == "snapshot"
+    assert dump["data"]["oom_requested"] == 200 << 30 and dump["data"]["allocated"] == 32 << 30
+    # The snapshot was given: the report does not ask for one.
+    assert not any("Record a memory snapshot" in step for step in report["next_steps"])
+
+
+def test_the_same_log_without_its_snapshot_asks_for_one() -> None:
+    report = analyze(GPU / "gpu_oom.log")
+    assert report["hypotheses"][0]["cause_id"] == "oom.capacity"
+    assert any("Record a memory snapshot" in step for step in report["next_steps"])
+
+
+def test_two_ranks_on_one_gpu_are_named_from_nccls_refusal() -> None:
+    report = analyze(GPU / "dup_gpu.log")
+    top = report["hypotheses"][0]
+    assert top["cause_id"] == "config.device_assignment" and top["confidence"] >= 0.8
+    assert top["ranks"] == [0, 1]
+    assert "set_device" in top["fix"]
