@@ -1,7 +1,8 @@
 """The `triage` console script.
 
-It starts a live hang's py-spy dumps, and the reading of big logs named on `analyze`'s
-command line, before importing the CLI (see `triage.readers.pyspy.start_early` and
+It starts a live hang's py-spy dumps and nvidia-smi queries, and the reading of big logs
+named on `analyze`'s command line, before importing the CLI (see
+`triage.readers.pyspy.start_early`, `triage.readers.early_commands` and
 `triage.readers.log_chunks.start_early`): start-up is most of what on-call waits for.
 """
 
@@ -9,15 +10,19 @@ from __future__ import annotations
 
 import sys
 
-from triage.readers import pyspy
+from triage.readers import early_commands, pyspy
 
 
 def main() -> None:
-    pyspy.start_early(sys.argv[1:])
+    if pyspy.start_early(sys.argv[1:]):
+        early_commands.start_smi_queries()
     if sys.argv[1:2] == ["analyze"]:
         from triage.readers import log_chunks
 
         log_chunks.start_early(sys.argv[1:])
     from triage.cli import main as run_cli
 
-    run_cli()
+    try:
+        run_cli()
+    finally:
+        early_commands.discard()

@@ -29,6 +29,7 @@ from typing import Any, NamedTuple, TypeVar
 import psutil
 
 from triage.observations import EnvironmentFacts, Gpu, GpuProcess, IbPort, Interface, MasterCheck
+from triage.readers import early_commands
 from triage.readers.net_interfaces import is_virtual_interface
 from triage.redact import is_secret_name
 from triage.text import bound_text, plural
@@ -361,6 +362,12 @@ def _connect(address: str, port: int, info: tuple[Any, ...]) -> MasterCheck:
 
 
 def _smi(binary: str, *args: str) -> str | None:
+    """nvidia-smi's answer, taken over from the console script's early start when it made
+    one (`early_commands`), else asked now; None when it fails."""
+    early = early_commands.take((binary, *args), SMI_TIMEOUT_S)
+    if early is not None:
+        code, stdout = early
+        return stdout if code == 0 else None
     try:
         done = subprocess.run(
             [binary, *args], capture_output=True, text=True, timeout=SMI_TIMEOUT_S, check=False
@@ -377,11 +384,8 @@ def _number(text: str) -> int | None:
 def nvidia_facts(binary: str) -> tuple[list[Gpu] | None, list[GpuProcess], str | None]:
     """GPUs, the processes holding their memory, and the topology matrix; GPUs are None
     when nvidia-smi fails (no driver loaded, a GPU fallen off the bus)."""
-    listing = _smi(
-        binary,
-        "--query-gpu=index,name,pci.bus_id,memory.used,memory.total",
-        "--format=csv,noheader,nounits",
-    )
+    gpu_query, apps_query, topology_query = early_commands.SMI_QUERIES
+    listing = _smi(binary, *gpu_query)
     if listing is None:
         return None, [], None
     gpus = []
@@ -398,11 +402,7 @@ def nvidia_facts(binary: str) -> tuple[list[Gpu] | None, list[GpuProcess], str |
                 )
             )
     processes = []
-    apps = _smi(
-        binary,
-        "--query-compute-apps=pid,gpu_bus_id,used_memory,process_name",
-        "--format=csv,noheader,nounits",
-    )
+    apps = _smi(binary, *apps_query)
     for line in (apps or "").splitlines():
         cells = [c.strip() for c in line.split(",", 3)]
         if len(cells) == 4 and cells[0].isdigit():
@@ -411,7 +411,7 @@ def nvidia_facts(binary: str) -> tuple[list[Gpu] | None, list[GpuProcess], str |
                     pid=int(cells[0]), bus_id=cells[1], used_mib=_number(cells[2]), name=cells[3]
                 )
             )
-    topology = _smi(binary, "topo", "-m")
+    topology = _smi(binary, *topology_query)
     return gpus, processes, bound_text(topology, 3000) if topology else None
 
 

@@ -118,9 +118,9 @@ def start_dump(
     )
 
 
-def start_early(argv: list[str]) -> None:
+def start_early(argv: list[str]) -> bool:
     """For `triage hang --pids P...` (and `triage collect`), start the first py-spy dump
-    of each pid now.
+    of each pid now; whether it did (the command reads live processes).
 
     Importing the CLI (typer, pydantic, the engine) takes longer than dumping every rank,
     and the dumps need none of it: started first, they run on another core meanwhile, and
@@ -130,7 +130,7 @@ def start_early(argv: list[str]) -> None:
     over.
     """
     if not argv or argv[0] not in ("hang", "collect"):
-        return
+        return False
     pids: list[int] = []
     taking = False
     for token in argv[1:]:
@@ -146,13 +146,14 @@ def start_early(argv: list[str]) -> None:
             pids += [int(p) for p in token.replace(",", " ").split() if p.isdigit()]
     found = binary() if pids else None
     if found is None or not hasattr(os, "memfd_create"):  # Linux: the dumps' in-memory files
-        return
+        return False
     global _starting
     if _starting is not None:  # one start at a time: `take_early` waits for the last
         _starting.join()
     _starting = threading.Thread(target=_start_all, args=(found, list(dict.fromkeys(pids))))
     _starting.daemon = True  # a usage error must not wait for it
     _starting.start()
+    return True
 
 
 def _start_all(found: str, pids: list[int]) -> None:
