@@ -383,6 +383,10 @@ def test_dataloader_worker_killed(tmp_path: Path) -> None:
         "Epoch 3:  41%|####      | 410/1000 [10:12<14:40,  1.49s/it]\nKilled\n",
         "srun: error: gpu-node-17: task 3: Out Of Memory\n",
         "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.\n",
+        "[rank: 1] Child process with PID 5174 terminated with code -9. Forcefully terminating"
+        " all other processes to avoid zombies 🧟\n",
+        "worker 3 exited with exit code -9\n",
+        "Process 4002 was killed by signal 9\n",
     ],
 )
 def test_host_allocation_failures(tmp_path: Path, line: str) -> None:

@@ -74,3 +74,43 @@ def test_warnings_stops_and_prose_are_no_exception(tmp_path: Path, line: str) ->
     log = tmp_path / "rank0.log"
     log.write_text(line + "\n")
     assert scan_file(log).tracebacks == []
+
+
+CUT = """Traceback (most recent call last):
+  File "/work/seg/main.py", line 541, in <module>
+    model.train()
+  File "/work/seg/trainer.py", line 187, in __train
+    outputs = self.seg_net(*inputs)
+  File "/opt/conda/lib/python3.7/site-packages/torch/nn/modules/module.py", line 889, in _call_impl
+    result = self.forward(*input, **kwargs)
+"""
+
+
+def test_a_traceback_cut_before_its_exception_is_a_failure_without_a_name(tmp_path: Path) -> None:
+    report = analyze_files(tmp_path, {"rank2.log": CUT})
+    [top] = report.hypotheses
+    assert (top.cause_id, top.confidence, top.ranks) == ("config.unknown", 0.08, [2])
+    assert top.location is not None and (top.location.file, top.location.line) == (
+        "/work/seg/trainer.py",
+        187,
+    )
+    assert "cut before its exception line" in top.summary and "lines after" in top.fix
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "2022-11-15 19:26:36,618\tERROR tune.py:773 -- Trials did not complete: [Trainer_0]",
+        "FATAL: job step aborted",
+    ],
+)
+def test_an_error_line_no_rule_reads_is_a_failure_without_a_name(tmp_path: Path, line: str) -> None:
+    report = analyze_files(tmp_path, {"launcher.log": f"step 3 loss 2.31\n{line}\n"})
+    [top] = report.hypotheses
+    assert (top.cause_id, top.confidence) == ("config.unknown", 0.08)
+    assert line.strip()[:60] in top.summary
+
+
+@pytest.mark.parametrize("line", ["epoch 3: 0 errors", "INFO ERRORS_SEEN=0", "no error so far"])
+def test_words_about_errors_are_no_error_line(tmp_path: Path, line: str) -> None:
+    assert analyze_files(tmp_path, {"rank0.log": f"{line}\n"}).hypotheses == []

@@ -241,3 +241,28 @@ def test_eval_lines_that_differ_or_repeat_one_writer_are_no_sharding_finding(
 ) -> None:
     report = analyze_files(tmp_path, files)
     assert "wrong.eval_sharding" not in [h.cause_id for h in report.hypotheses]
+
+
+_COUNTED = (
+    "/workspace/references/classification/train.py:78: UserWarning: It looks like the dataset"
+    " has {dataset} samples, but {used} samples were used for the validation, which might bias"
+    " the results. Try adjusting the batch size and / or the world size. Setting the world size"
+    " to 1 is always a safe bet."
+)
+
+
+@pytest.mark.parametrize(
+    ("dataset", "used", "said", "fix"),
+    [
+        (50000, 50004, "4 padded repeats counted", "de-duplicate"),
+        (1459, 1456, "3 samples dropped", "drop_last=False"),
+    ],
+)
+def test_the_evaluated_sample_count_against_the_dataset(
+    tmp_path: Path, dataset: int, used: int, said: str, fix: str
+) -> None:
+    log = f"Test:  Acc@1 69.760 Acc@5 89.075\n{_COUNTED.format(dataset=dataset, used=used)}\n"
+    report = analyze_files(tmp_path, {"rank0.log": log})
+    top = report.hypotheses[0]
+    assert (top.cause_id, top.confidence) == ("wrong.eval_sharding", 0.8)
+    assert said in top.title and fix in top.fix

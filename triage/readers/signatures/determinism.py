@@ -75,6 +75,18 @@ signature(
     summary="accelerate's gather_for_metrics could not drop the samples padded onto the last batch",
 )
 
+# torchvision's reference scripts (and the many training scripts copied from them) compare
+# the samples evaluated with the dataset's length after distributed evaluation.
+signature(
+    "eval.samples_mismatch",
+    r"It looks like the dataset has (?P<dataset>\d+) samples, but (?P<used>\d+) samples were"
+    r" used for the validation",
+    anchors="samples were used for the validation",
+    summary="evaluation saw more or fewer samples than the dataset holds (sampler padding or"
+    " drop_last)",
+    extract=lambda m: {"dataset": int(m["dataset"]), "used": int(m["used"])},
+)
+
 _METRIC = re.compile(
     r"(?i)\b(?P<name>loss|acc(?:uracy)?(?:@\d+)?|top-?\d|prec(?:ision)?(?:@\d+)?|miou|map|f1)"
     r"\b\s*[:=]?\s*(?P<value>-?\d+\.\d+(?:e[-+]?\d+)?)"

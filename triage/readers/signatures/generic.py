@@ -108,3 +108,15 @@ signature(
     summary="a metric reported for one number of GPUs (compare the lines for others)",
     extract=lambda found: {"gpus": int(found["gpus"]), "value": float(found["value"])},
 )
+
+# A line a logger marked as an error (`ERROR`, `FATAL`, `CRITICAL` as its level, `error:`
+# opening it) that no other signature reads: the last generic marker, so that a failure in
+# words no rule knows is still a failure. (glog's `[E1125 ...]` prefix is left out: its
+# anchor, `[E`, is in every `[Epoch 3/100]` line.)
+signature(
+    "generic.error_line",
+    r"(?:^|[\s\[|(<])(?:ERROR|FATAL|CRITICAL)(?:$|[\]\s:|)>-])"
+    r"|^\s*(?:[Ee]rror|FATAL|[Ff]atal)(?:\[[\w-]+\])?: ",
+    anchors=("ERROR", "FATAL", "CRITICAL", "rror:", "atal:"),
+    summary="a line marked as an error, in words no other signature reads",
+)

@@ -241,14 +241,18 @@ signature(
 
 signature(
     "memory.exit_sigkill",
-    r"(?i:return code|exit code|exit status|exitcode)\s*[=:]?\s*-9\b"
-    r"|died with <Signals\.SIGKILL: 9>",
+    r"(?i:return code|exit code|exit status|exitcode|"
+    r"(?:exited|terminated|failed|died) with (?:exit )?(?:code|status))\s*[=:]?\s*-9\b"
+    r"|died with <Signals\.SIGKILL: 9>|killed by signal 9\b",
     anchors=(
         "return code = -9",
         "return code -9",
         "exit code -9",
         "exit status -9",
+        "with code -9",
+        "with status -9",
         "died with <Signals.SIGKILL: 9>",
+        "killed by signal 9",
     ),
     summary="a launcher reports a process killed by SIGKILL (-9): usually the OOM killer",
 )

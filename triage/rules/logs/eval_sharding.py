@@ -36,6 +36,11 @@ _SHARD_FIX = (
     " (or evaluate on rank 0 alone), and reduce the per-rank sums across ranks before"
     " printing the metric."
 )
+_DROPPED_FIX = (
+    "Evaluate every sample: give the evaluation loader drop_last=False (on the DataLoader and"
+    " the DistributedSampler) and de-duplicate the padded repeats after gathering, or evaluate"
+    " on one device."
+)
 _GATHER_FIX = (
     "Give the evaluation dataset a length (a map-style Dataset) so gather_for_metrics can drop "
     "the padded remainder, or drop the duplicates past len(dataset) yourself."
@@ -52,7 +57,9 @@ def eval_sharding(evidence: EvidenceSet) -> Iterator[Finding]:
     evaluated exactly once`, its `It is recommended to use self.log('val_acc', ...,
     sync_dist=True) when logging on epoch level in distributed setting`, and accelerate's
     `The used dataset had no length, returning gathered tensors. You should drop the
-    remainder yourself.`; and weaker (0.45), per-batch evaluation lines (`Test: [ 0/49] ...
+    remainder yourself.`; torchvision's reference scripts' count after evaluation (`It looks
+    like the dataset has 50000 samples, but 50004 samples were used for the validation`,
+    0.8: the count says it happened); and weaker (0.45), per-batch evaluation lines (`Test: [ 0/49] ...
     Loss 9.5338e-01 Acc@1 75.10`) that two or more processes print with the same batch
     counter and the same metric values: each evaluated the same batches, the whole set.
 
@@ -81,7 +88,24 @@ def eval_sharding(evidence: EvidenceSet) -> Iterator[Finding]:
     sampler = signals(evidence, "eval.distributed_sampler")
     unsynced = signals(evidence, "eval.metric_not_synced")
     remainder = signals(evidence, "eval.gather_remainder")
+    counted = signals(evidence, "eval.samples_mismatch")
     found: list[Found] = []
+    if counted:
+        dataset, used = counted[0][1].fields["dataset"], counted[0][1].fields["used"]
+        padded = used > dataset
+        found.append(
+            (
+                0.8,
+                f"evaluation used {used} samples of a dataset of {dataset}: "
+                + (
+                    f"{used - dataset} padded repeats counted"
+                    if padded
+                    else f"{dataset - used} samples dropped"
+                ),
+                counted,
+                _SAMPLER_FIX if padded else _DROPPED_FIX,
+            )
+        )
     if sampler:
         stages = sorted({s.fields["stage"] for _, s in sampler if s.fields.get("stage")})
         during = f" during {', '.join(stages)}" if stages else ""

@@ -7,7 +7,13 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._signals import exception_line, first_exception, ranks_of
+from triage.rules.logs._signals import (
+    exception_line,
+    first_exception,
+    ranks_of,
+    signals,
+    tracebacks,
+)
 
 
 @rule("logs.unexplained_exception", "config.unknown", last_resort=True)
@@ -17,7 +23,9 @@ def unexplained_exception(evidence: EvidenceSet) -> Iterator[Finding]:
     What it detects:
     The first exception in the text (a traceback, or its last line pasted alone:
     `RuntimeError: ...`) when no other rule finds anything. It stands only then: any other
-    finding, of any family, replaces it.
+    finding, of any family, replaces it. Without an exception, weaker (0.08): a traceback
+    cut before its exception line, or a line marked as an error (`ERROR`, `FATAL`, `error:`)
+    in words no signature reads.
 
     Why it happens:
     Most exceptions that end a distributed job without a timeout, an NCCL error or an OOM
@@ -25,7 +33,8 @@ def unexplained_exception(evidence: EvidenceSet) -> Iterator[Finding]:
     sets, devices, sizes and shapes the code assumes for this world size.
 
     Evidence:
-    The first exception's type and message, its rank and its innermost user frame.
+    The first exception's type and message, its rank and its innermost user frame; else the
+    cut traceback's innermost frame, or the first error line.
 
     Fix:
     Read the exception at its user frame against the launch: the world size, the
@@ -41,6 +50,7 @@ def unexplained_exception(evidence: EvidenceSet) -> Iterator[Finding]:
     """
     found = first_exception(evidence)
     if found is None:
+        yield from _unread_failure(evidence)
         return
     item, first = found
     text, where = exception_line(first)
@@ -58,4 +68,36 @@ def unexplained_exception(evidence: EvidenceSet) -> Iterator[Finding]:
         " devices per node, the sizes a checkpoint or mesh was made for; rerun with"
         " TORCH_DISTRIBUTED_DEBUG=DETAIL and every rank's log.",
         confirm="the exception names a size, device, variable or argument the launch sets",
+    )
+
+
+def _unread_failure(evidence: EvidenceSet) -> Iterator[Finding]:
+    """A failure the text shows without its exception: a traceback cut before its last line
+    (a paste that stopped short), or an error line no signature reads."""
+    cut = [(e, t) for e, t in tracebacks(evidence, dumps=False) if not t.exception and t.frames]
+    errors = signals(evidence, "generic.error_line")
+    if cut:
+        item, record = min(cut, key=lambda found: (found[1].path, found[1].line))
+        frame = record.user_frame or record.frames[0]
+        seen = f"a traceback cut before its exception line, innermost at {frame.file}:{frame.line}"
+        ranks, location = ranks_of([record]), frame.location()
+    elif errors:
+        item, line = errors[0]
+        seen = f"an error line no rule reads: `{line.text.strip()[:160]}`"
+        ranks, location = ranks_of([line]), None
+    else:
+        return
+    yield Finding(
+        title="a failure without its exception, cause not visible",
+        summary=f"The text shows {seen}; the exception that would name the failure is not in"
+        " it, so the kind of failure is a guess.",
+        ranks=ranks,
+        location=location,
+        confidence=0.08,
+        evidence=[item.id],
+        fix="Find the exception: the lines after this one in the rank's own log (the"
+        " traceback ends with the exception's type and message), or every rank's log; then"
+        " run triage on that.",
+        confirm="the rank's full log holds an exception that names a size, device, variable"
+        " or argument the launch sets",
     )
