@@ -19,6 +19,7 @@ from triage.readers.log_prefilter import MAX_LINE
 from triage.readers.signatures.blocks import (
     EXCEPTION_ANCHORS,
     FAILED_COLLECTIVE_START,
+    RICH_TRACEBACK_START,
     TRACEBACK_START,
 )
 from triage.readers.signatures.memory import SUMMARY_TITLE, SummaryTable
@@ -42,6 +43,14 @@ _PYSPY_PROCESS = re.compile(r"^Process (?P<pid>\d+): ")
 _PYSPY_PYTHON = re.compile(r"^Python v\d+\.\d+")
 _PYSPY_FRAME = re.compile(r"^\s+(?P<func>[^\s(][^(]*?) \((?P<file>[^():]+):(?P<line>\d+)\)\s*$")
 _FR_START = FAILED_COLLECTIVE_START
+#: rich's boxed traceback (`rich.traceback`, which DeepSpeed-Chat, typer and other CLIs
+#: install): a header box line, frames as `path:line in func` (a long path cut at the
+#: box's width, its start on the line before), source excerpts between them, the
+#: exception under the box.
+_RICH_START = RICH_TRACEBACK_START
+_RICH_FRAME = re.compile(r"^(?P<file>[^\s│]*?):(?P<line>\d+) in (?P<func>\S+)$")
+_RICH_PATH = re.compile(r"^[/~][^\s│]*$")
+_RICH_TOKEN = re.compile(r"^[^\s│]+$")
 _FR_FRAME = re.compile(r"^#\d+ (?P<func>\S.*?) from (?P<file>.+):(?P<line>\d+)$")
 _REPORT_ENTRY = re.compile(r"^\[\d+\]:\s*$")
 _REPORT_FIELD = re.compile(r"^\s+(?P<key>[a-z_]+)\s*:\s?(?P<value>.*)$")
@@ -60,6 +69,8 @@ _MAY_OPEN = re.compile(
         re.escape(text)
         for text in (
             _TB_START,
+            _RICH_START,
+            "│",
             "most recent call first",
             "Thread ",
             "Current thread",
@@ -164,6 +175,15 @@ class BlockParser:
                 Frame(function=frame_of["func"], file=frame_of["file"], line=int(frame_of["line"]))
             )
             return
+        if _RICH_START in stripped:
+            self._close(key)
+            self.open[key] = _Block("tb", number, origin, origin.pid, boxed=True)
+            return
+        if block is None and _rich_frame_line(stripped):  # a box pasted without its top
+            block = self.open[key] = _Block("tb", number, origin, origin.pid, boxed=True)
+        if block is not None and (block.boxed or block.rich_ended):
+            self._feed_rich(key, block, stripped)
+            return
         header, self.pyspy_header = self.pyspy_header, None
         process = _PYSPY_PROCESS.match(stripped)
         if process:
@@ -229,6 +249,31 @@ class BlockParser:
             return
         if stripped and not text[:1].isspace():
             self._close(key)
+
+    def _feed_rich(self, key: tuple[object, ...], block: _Block, stripped: str) -> None:
+        """One line of a rich traceback: a frame inside the box, the box's end, or the
+        exception line under it."""
+        if block.rich_ended:
+            exc = _EXC_LINE.match(stripped)
+            if exc:
+                block.exception, block.message = exc["type"], (exc["msg"] or "").strip()
+            self._close(key)
+            return
+        if stripped.startswith("╰"):
+            block.boxed, block.rich_ended = False, True
+            return
+        inner = stripped.strip("│").strip()
+        frame = _RICH_FRAME.match(block.wrapped_path + inner)
+        if frame:
+            block.wrapped_path = ""
+            if frame["file"]:
+                block.frames.append(
+                    Frame(function=frame["func"], file=frame["file"], line=int(frame["line"]))
+                )
+        elif _RICH_PATH.match(inner) or (block.wrapped_path and _RICH_TOKEN.match(inner)):
+            block.wrapped_path += inner
+        else:
+            block.wrapped_path = ""
 
     def _bare_exception(self, number: int, stripped: str, origin: Origin) -> None:
         """An exception line outside any block: a traceback without its frames."""
@@ -350,6 +395,16 @@ def placeholder_pid(path: str, line: int) -> int:
     return -(1 << 20) - zlib.crc32(f"{path}:{line}".encode()) % (1 << 30)
 
 
+def _rich_frame_line(stripped: str) -> bool:
+    """A line of a rich traceback's box that names a frame, or the path of one wrapped onto
+    its own line."""
+    if not (stripped.startswith("│") and stripped.endswith("│")):
+        return False
+    inner = stripped.strip("│").strip()
+    frame = _RICH_FRAME.match(inner)
+    return bool(frame and frame["file"]) or _RICH_PATH.match(inner) is not None
+
+
 def _in_fh_dump(text: str) -> bool:
     """A line that may sit inside one faulthandler dump (between its threads included)."""
     stripped = text.strip()
@@ -379,3 +434,8 @@ class _Block:
     #: Frames pasted without their header: a blank line ends them.
     excerpt: bool = False
     message: str = ""
+    #: Inside a rich traceback's box; past its end (the exception line may follow); a
+    #: frame's path whose `:line in func` is on the next line.
+    boxed: bool = False
+    rich_ended: bool = False
+    wrapped_path: str = ""

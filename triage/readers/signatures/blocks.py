@@ -10,6 +10,8 @@ from __future__ import annotations
 from triage.readers.signatures import block_anchor
 
 TRACEBACK_START = "Traceback (most recent call last):"
+#: rich's boxed traceback opens with this inside its top border.
+RICH_TRACEBACK_START = "Traceback (most recent call last) ─"
 FAILED_COLLECTIVE_START = "Stack trace of the failed collective:"
 #: A traceback's last line pasted alone (`RuntimeError: ...`): the exception is the failure
 #: even without its frames.
@@ -17,6 +19,9 @@ EXCEPTION_ANCHORS = ("Error:", "Exception:")
 
 for _anchor, _after in (
     (TRACEBACK_START, 400),
+    (RICH_TRACEBACK_START, 800),
+    ("│", 0),  # a rich traceback's box pasted without its top line, and its bottom
+    ("╰", 0),
     ("(most recent call first):", 200),
     (' (idle): "', 200),
     (' (active): "', 200),
