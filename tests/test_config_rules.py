@@ -621,6 +621,17 @@ def test_mesh_larger_than_the_world(tmp_path: Path) -> None:
     assert verdict.location is not None and verdict.location.line == 4
 
 
+def test_a_checkpoint_sharded_for_another_model_parallel_size(tmp_path: Path) -> None:
+    text = (
+        '  File "/work/llama/llama/generation.py", line 103, in build\n'
+        "    assert model_parallel_size == len(\n"
+        "AssertionError: Loading a checkpoint for MP=1 but world size is 4\n"
+    )
+    verdict = top(analyze_files(tmp_path, {"rank2.log": text}))
+    assert (verdict.cause_id, verdict.confidence) == ("config.world_size_mismatch", 0.8)
+    assert "(1 saved, 4 now)" in verdict.title and "consolidated" in verdict.fix
+
+
 @pytest.mark.parametrize("text", [SAMPLER_RANK, NEW_GROUP_RANK, MEGATRON_DIVISIBLE, VLLM_EQUAL])
 def test_rank_and_size_checks(tmp_path: Path, text: str) -> None:
     verdict = top(analyze_files(tmp_path, {"train.log": text}))

@@ -232,6 +232,16 @@ signature(
     summary="a checkpoint saved at one parallel size is loaded at another",
 )
 
+# Meta's llama loaders: one process per model-parallel shard of the checkpoint.
+signature(
+    "setup.checkpoint_mp_world",
+    r"[Cc]heckpoint for MP=(?P<saved>\d+) but world size is (?P<now>\d+)",
+    anchors=("checkpoint for MP=", "Checkpoint for MP="),
+    summary="a checkpoint sharded for one model-parallel size is loaded by another number of"
+    " processes",
+    extract=lambda m: {"dim": "model-parallel size"},
+)
+
 signature(
     "setup.parallel_dims",
     r"!= WORLD_SIZE\((?P<world_size>\d+)\)",

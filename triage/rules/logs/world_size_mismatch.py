@@ -46,9 +46,10 @@ _FIX_SAME_RANKS = (
 )
 
 _FIX_CHECKPOINT = (
-    "Launch with the parallel sizes the checkpoint was saved at, or convert it to the new "
-    "layout first (Megatron's tools/checkpoint converter, DeepSpeed's universal checkpoint, "
-    "torch.distributed.checkpoint resharding on load)."
+    "Launch with the parallel sizes the checkpoint was saved at (llama: --nproc_per_node equal"
+    " to the number of consolidated.*.pth shards), or convert it to the new layout first"
+    " (Megatron's tools/checkpoint converter, DeepSpeed's universal checkpoint,"
+    " torch.distributed.checkpoint resharding on load)."
 )
 
 
@@ -63,7 +64,8 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     [0, M]` (DistributedSampler), new_group's `Rank N is out of range`; the store-based
     barrier counting more workers than world_size (`world_size=2, worker_count=4`); NCCL's
     bootstrap seeing a different rank count or one rank twice; a checkpoint's
-    `tensor_model_parallel_size value from checkpoint (1) is not equal to ... (2)`;
+    `tensor_model_parallel_size value from checkpoint (1) is not equal to ... (2)`, llama's
+    `Loading a checkpoint for MP=1 but world size is 4`;
     weaker (0.5), processes that announce the same global rank (Lightning's `Initializing
     distributed: GLOBAL_RANK: 1, MEMBER: 2/8` twice) while fewer distinct ranks than the
     world's size announce themselves.
@@ -93,7 +95,9 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
         items = signals(evidence, name)
         if items:
             found.append((confidence, what, items, _FIX))
-    saved = signals(evidence, "setup.checkpoint_parallel_size")
+    saved = signals(evidence, "setup.checkpoint_parallel_size") + signals(
+        evidence, "setup.checkpoint_mp_world"
+    )
     if saved:
         fields = saved[0][1].fields
         sizes = f" ({fields['saved']} saved, {fields['now']} now)" if fields.get("now") else ""
