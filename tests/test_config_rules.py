@@ -805,3 +805,28 @@ def test_config_playbook_runs_config_rules_only_on_logs(tmp_path: Path) -> None:
 def test_config_markers_read_variable_names_in_capitals_only(message: str, setup: bool) -> None:
     """'rank' is a word of many ordinary messages; only RANK names the launcher's variable."""
     assert bool(config_markers._SETUP.search(message)) is setup
+
+
+USAGE = """\
+usage: train.py [-h] [--cfg CFG] [--data DATA] [--epochs EPOCHS]
+                [--batch-size BATCH_SIZE] [--sync-bn]
+                [--local-rank LOCAL_RANK] [--logdir LOGDIR]
+"""
+
+
+def test_a_usage_block_cut_before_its_error_names_the_local_rank_option(tmp_path: Path) -> None:
+    verdict = top(analyze_files(tmp_path, {"console.log": USAGE}))
+    assert (verdict.cause_id, verdict.confidence) == ("config.launcher_args", 0.6)
+    assert "--local-rank" in verdict.summary and "--local_rank" in verdict.fix
+    assert verdict.location is not None and verdict.location.file == "train.py"
+
+
+def test_a_usage_block_alone_is_a_weaker_launch_error(tmp_path: Path) -> None:
+    text = USAGE.replace("                [--local-rank LOCAL_RANK] [--logdir LOGDIR]\n", "")
+    verdict = top(analyze_files(tmp_path, {"console.log": text}))
+    assert (verdict.cause_id, verdict.confidence) == ("config.launcher_args", 0.4)
+
+
+@pytest.mark.parametrize("line", ["GPU memory usage: 3.2 GB", "  cpu usage: 12%, disk usage: 3%"])
+def test_resource_usage_lines_are_no_argparse_usage(tmp_path: Path, line: str) -> None:
+    assert "setup.usage_printed" not in names(line)

@@ -39,6 +39,23 @@ signature(
     extract=_arguments,
 )
 
+# argparse prints the usage before its error (and only then, or for --help): a usage
+# block in a job's log is a command line the script rejected, even when the error line
+# after it was not kept.
+signature(
+    "setup.usage_printed",
+    r"^\s*usage: (?P<prog>\S+) ",
+    anchors="usage: ",
+    summary="a script printed its argparse usage: its command line was rejected",
+)
+
+signature(
+    "setup.usage_local_rank",
+    r"\[(?P<flag>--local[-_]rank)\b[^\]]*\]",
+    anchors=("[--local-rank", "[--local_rank"),
+    summary="a script's usage lists the local-rank option the launcher passes",
+)
+
 signature(
     "setup.required_arguments",
     r"(?P<prog>\S+): error: the following arguments are required: (?P<args>.+)",

@@ -54,7 +54,8 @@ def launcher_args(evidence: EvidenceSet) -> Iterator[Finding]:
     `error: the following arguments are required: --local_rank`, transformers'
     `Some specified arguments are not used by the HfArgumentParser: [...]`; an exception
     raised in the launcher's own code (torchrun's `int(nproc_per_node)` given `--work-dir`
-    by a wrapper script's shifted arguments); supported by
+    by a wrapper script's shifted arguments); argparse's usage block without its error line
+    (0.4; 0.6 when it lists a --local-rank or --local_rank option); supported by
     the `torch.distributed.launch is deprecated` warning and by every worker exiting with
     code 2 (argparse's usage error) right away.
 
@@ -138,6 +139,32 @@ def launcher_args(evidence: EvidenceSet) -> Iterator[Finding]:
             fix=_FIX_OWN,
             confirm="the launch command (a wrapper script's positional arguments: the GPU count,"
             " --nproc-per-node) holds the value the message quotes",
+        )
+        return
+    usage = signals(evidence, "setup.usage_printed")
+    if usage:
+        spelled = signals(evidence, "setup.usage_local_rank")
+        flag = f" and it lists `{spelled[0][1].fields['flag']}`" if spelled else ""
+        yield Finding(
+            title="a script printed its usage: argparse rejected its command line",
+            summary=f"`{usage[0][1].text.strip()[:160]}`: argparse prints the usage when it"
+            f" rejects the command line{flag}"
+            + (
+                ", the option a launcher fills in (torch.distributed.launch passes"
+                " --local_rank=N before torch 2.0, --local-rank=N since)"
+                if spelled
+                else ""
+            )
+            + "; the error line under it says which argument."
+            + _exit_note(exits)
+            + _launch_note(deprecated),
+            ranks=ranks_of(s for _, s in usage + exits),
+            location=_script(usage[0][1]),
+            confidence=(0.6 if spelled else 0.4) + (0.05 if exits else 0.0),
+            evidence=ids(usage + spelled + exits + deprecated)[:12],
+            fix=_FIX_EXTRA if spelled else _FIX_OTHER,
+            confirm="the line after the usage is `error: unrecognized arguments: ...` or"
+            " `the following arguments are required: ...`",
         )
         return
     if exits:
