@@ -84,3 +84,19 @@ def test_a_rich_table_is_no_traceback(tmp_path: Path) -> None:
     log = tmp_path / "rank0.log"
     log.write_text(out.getvalue())
     assert scan_file(log).tracebacks == []
+
+
+def test_a_box_that_only_looked_like_a_traceback_does_not_swallow_the_next_one(
+    tmp_path: Path,
+) -> None:
+    table = "│ /data/checkpoints/last │\n│ saved 3 shards        │\n"
+    traceback = (
+        "Traceback (most recent call last):\n"
+        '  File "/work/train.py", line 9, in <module>\n'
+        "    main()\n"
+        "RuntimeError: bad value 8\n"
+    )
+    log = tmp_path / "rank0.log"
+    log.write_text(table + traceback)
+    [record] = scan_file(log).tracebacks
+    assert (record.exception, [f.line for f in record.frames]) == ("RuntimeError", [9])

@@ -47,7 +47,10 @@ def start_smi_queries() -> None:
 
 def _start_all(commands: list[tuple[str, ...]]) -> None:
     for argv in commands:
-        output = os.memfd_create("early-command")
+        try:
+            output = os.memfd_create("early-command")
+        except OSError:  # out of descriptors: the environment check asks on its own
+            return
         try:
             process = subprocess.Popen(
                 argv, stdout=output, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL

@@ -182,8 +182,9 @@ class BlockParser:
         if block is None and _rich_frame_line(stripped):  # a box pasted without its top
             block = self.open[key] = _Block("tb", number, origin, origin.pid, boxed=True)
         if block is not None and (block.boxed or block.rich_ended):
-            self._feed_rich(key, block, stripped)
-            return
+            if self._feed_rich(key, block, stripped):
+                return
+            block = None  # the box is over: the line is read as any other
         header, self.pyspy_header = self.pyspy_header, None
         process = _PYSPY_PROCESS.match(stripped)
         if process:
@@ -250,18 +251,22 @@ class BlockParser:
         if stripped and not text[:1].isspace():
             self._close(key)
 
-    def _feed_rich(self, key: tuple[object, ...], block: _Block, stripped: str) -> None:
+    def _feed_rich(self, key: tuple[object, ...], block: _Block, stripped: str) -> bool:
         """One line of a rich traceback: a frame inside the box, the box's end, or the
-        exception line under it."""
+        exception line under it; False when the line is none of those (the block is closed
+        then, and the line is read as any other)."""
         if block.rich_ended:
             exc = _EXC_LINE.match(stripped)
             if exc:
                 block.exception, block.message = exc["type"], (exc["msg"] or "").strip()
             self._close(key)
-            return
+            return exc is not None
         if stripped.startswith("╰"):
             block.boxed, block.rich_ended = False, True
-            return
+            return True
+        if not stripped.startswith("│"):  # a box cut short, or a table that only looked like one
+            self._close(key)
+            return False
         inner = stripped.strip("│").strip()
         frame = _RICH_FRAME.match(block.wrapped_path + inner)
         if frame:
@@ -274,6 +279,7 @@ class BlockParser:
             block.wrapped_path += inner
         else:
             block.wrapped_path = ""
+        return True
 
     def _bare_exception(self, number: int, stripped: str, origin: Origin) -> None:
         """An exception line outside any block: a traceback without its frames."""
