@@ -79,7 +79,11 @@ def _unread_failure(evidence: EvidenceSet) -> Iterator[Finding]:
     if cut:
         item, record = min(cut, key=lambda found: (found[1].path, found[1].line))
         frame = record.user_frame or record.frames[0]
-        seen = f"a traceback cut before its exception line, innermost at {frame.file}:{frame.line}"
+        which = "user frame" if record.user_frame else "frame"
+        seen = (
+            f"a traceback cut before its exception line, its innermost {which} at"
+            f" {frame.file}:{frame.line}"
+        )
         ranks, location = ranks_of([record]), frame.location()
     elif errors:
         item, line = errors[0]
