@@ -46,3 +46,11 @@ def test_two_ranks_on_one_gpu_are_named_from_nccls_refusal() -> None:
     assert top["cause_id"] == "config.device_assignment" and top["confidence"] >= 0.8
     assert top["ranks"] == [0, 1]
     assert "set_device" in top["fix"]
+
+
+def test_two_ranks_without_set_device_share_gpu_0() -> None:
+    report = analyze(GPU / "same_device.log")
+    top = report["hypotheses"][0]
+    assert top["cause_id"] == "oom.same_device" and top["confidence"] >= 0.8
+    assert top["ranks"] == [0, 1] and top["location"]["line"] == 18
+    assert "pid 504 (rank 1)" in top["summary"] and "set_device" in top["fix"]
