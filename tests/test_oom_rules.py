@@ -480,3 +480,19 @@ def test_cli_oom_on_a_log(tmp_path: Path) -> None:
 
 def test_cli_oom_on_a_snapshot_folder() -> None:
     assert cli_top(str(FIXTURES / "fragmented"))["cause_id"] == "oom.fragmentation"
+
+
+EMPTY_CACHE_OOM = """\
+Traceback (most recent call last):
+  File "/env/lib/python3.8/site-packages/ray/train/torch/config.py", line 118, in _shutdown_torch
+    torch.cuda.empty_cache()
+  File "/env/lib/python3.8/site-packages/torch/cuda/memory.py", line 114, in empty_cache
+    torch._C._cuda_emptyCache()
+RuntimeError: CUDA error: out of memory
+"""
+
+
+def test_an_oom_inside_empty_cache_is_a_context_made_on_gpu_0(tmp_path: Path) -> None:
+    verdict = top(run_oom(tmp_path, {"worker.log": EMPTY_CACHE_OOM}))
+    assert (verdict.cause_id, verdict.confidence) == ("oom.same_device", 0.55)
+    assert "empty_cache" in verdict.summary and "set_device" in verdict.fix

@@ -132,6 +132,24 @@ def _from_setup(view: OomView) -> Scored | None:
     return None
 
 
+def _from_context(view: OomView) -> Scored | None:
+    """An OOM inside torch.cuda.empty_cache(): it frees memory and allocates none, so the
+    only thing that can run out there is its CUDA context being created, on the current
+    device, GPU 0 in a process that never chose one."""
+    for event in view.gpu:
+        frame = next((f for f in event.frames if f.function == "empty_cache"), None)
+        if frame is None or "torch/cuda" not in frame.file:
+            continue
+        summary = (
+            f"{event.who().capitalize()} ran out of GPU memory inside torch.cuda.empty_cache()"
+            f"{event.where()}, which allocates nothing but a CUDA context: this process had not"
+            " used CUDA yet and made its context on the current device, GPU 0 unless it called"
+            " set_device, where the other processes' contexts and memory already were."
+        )
+        return 0.55, summary, view.ranks([event]), event.location, event.evidence
+    return None
+
+
 def _from_stray_contexts(view: OomView) -> Scored | None:
     """Several small processes on the failing GPU: CUDA contexts (300-600 MiB each) that other
     ranks or their DataLoader workers created on it before (or without) set_device."""
@@ -182,7 +200,8 @@ def same_device(evidence: EvidenceSet) -> Iterator[Finding]:
     from); two or more ranks reporting their OOM on the same GPU index (on one host); an OOM
     message listing other processes that the logs show are ranks of the same job, or several
     small ones (stray CUDA contexts of other ranks); an OOM during process-group or DDP set-up
-    (init_process_group, barrier, DDP's parameter broadcast); or memory snapshots of several
+    (init_process_group, barrier, DDP's parameter broadcast); an OOM inside
+    torch.cuda.empty_cache() (only its CUDA context can run out there); or memory snapshots of several
     ranks that all hold memory on one device index.
 
     Why it happens:
@@ -218,6 +237,7 @@ def same_device(evidence: EvidenceSet) -> Iterator[Finding]:
             _from_torch_load(view),
             _from_shared_index(view),
             _from_setup(view),
+            _from_context(view),
             _from_stray_contexts(view),
             _from_dumps(view),
         )
