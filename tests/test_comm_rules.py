@@ -410,6 +410,21 @@ def test_setup_that_stops_on_one_host_is_the_p2p_hang(tmp_path: Path) -> None:
     assert 0.5 <= top.confidence <= 0.7
 
 
+def test_setup_that_stops_after_loading_a_topology_file_is_one_of_two(tmp_path: Path) -> None:
+    """NCCL read a topology XML (NCCL_TOPO_FILE, from /etc/nccl.conf or an image) instead of
+    probing the host: a file that does not fit stalls setup just as blocked P2P does."""
+    loaded = "ws-a6000:3300:3310 [0] NCCL INFO Loading topology file /opt/vendor/topo.xml\n"
+    files = {f"rank{r}.log": nccl_setup("ws-a6000", 3300 + r, r, nranks=2) for r in (0, 1)}
+    files["rank0.log"] = loaded + files["rank0.log"]
+    report = analyze_files(tmp_path, files)
+    override = hypothesis(report, "comm.nccl_env_override")
+    p2p = hypothesis(report, "comm.p2p_unsupported")
+    assert override.confidence == p2p.confidence == 0.4
+    assert "NCCL_TOPO_FILE=/opt/vendor/topo.xml" in override.title
+    assert "/etc/nccl.conf" in override.fix and "/opt/vendor/topo.xml" in p2p.summary
+    assert any("close calls" in step for step in report.next_steps)
+
+
 def test_setup_that_traces_a_bootstrap_failure_is_no_silent_p2p_stall(tmp_path: Path) -> None:
     """NCCL_DEBUG=INFO traces a failed call up its callers (`bootstrap.cc:270 -> 2`): the
     setup did not stop silently, its bootstrap sockets failed."""

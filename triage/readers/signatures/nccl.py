@@ -142,6 +142,18 @@ signature(
 )
 
 
+# NCCL reads a topology XML instead of probing the machine when NCCL_TOPO_FILE names one
+# (in the environment, in /etc/nccl.conf, or from an image or a network plugin): the
+# setting is in force even where NCCL_DEBUG_SUBSYS leaves out its `set by environment` line.
+signature(
+    "nccl.topology_file",
+    r"NCCL INFO Loading topology file (?P<value>\S+)",
+    anchors="Loading topology file",
+    summary="NCCL took its topology from an XML file instead of probing the machine",
+    extract=lambda m: {"variable": "NCCL_TOPO_FILE"},
+)
+
+
 def _init(found: re.Match[str]) -> dict[str, Any]:
     out: dict[str, Any] = {"rank": int(found["rank"]), "nranks": int(found["nranks"])}
     for key, pattern in (("cuda_dev", r"cudaDev (\d+)"), ("bus_id", r"busId ([0-9a-fA-F]+)")):

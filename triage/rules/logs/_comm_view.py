@@ -53,6 +53,7 @@ FACTS = frozenset(
         "nccl.channel_shm",
         "nccl.channel_net",
         "nccl.env_override",
+        "nccl.topology_file",
         "nccl.init",
         "nccl.comm_topology",
         "nccl.iommu",
@@ -218,10 +219,11 @@ class CommView:
         ]
 
     def overrides(self) -> dict[str, str]:
-        """NCCL_* variables the environment set, as NCCL echoed them."""
+        """NCCL_* variables the environment set, as NCCL echoed them (a topology file it
+        loaded counts as NCCL_TOPO_FILE)."""
         return {
             str(s.fields["variable"]): str(s.fields.get("value", ""))
-            for _, s in self.of("nccl.env_override")
+            for _, s in self.of("nccl.env_override", "nccl.topology_file")
         }
 
     def failure_signals(self) -> list[Signal]:

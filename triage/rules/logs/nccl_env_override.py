@@ -46,8 +46,8 @@ def nccl_env_override(evidence: EvidenceSet) -> Iterator[Finding]:
     """NCCL_* variables forced a transport, topology or algorithm, and communication failed.
 
     What it detects:
-    NCCL's `<VAR> set by environment to <value>` lines for variables that override its own
-    choices (NCCL_ALGO, NCCL_PROTO, NCCL_P2P_LEVEL/DISABLE, NCCL_SHM_DISABLE, NCCL_IB_DISABLE,
+    NCCL's `<VAR> set by environment to <value>` lines (and `Loading topology file <path>`,
+    NCCL_TOPO_FILE in force) for variables that override its own choices (NCCL_ALGO, NCCL_PROTO, NCCL_P2P_LEVEL/DISABLE, NCCL_SHM_DISABLE, NCCL_IB_DISABLE,
     NCCL_NET, NCCL_TOPO_FILE, NCCL_GRAPH_FILE, NCCL_SOCKET_IFNAME, NCCL_IB_HCA, ...) in a log
     that also shows a communication failure or a stall in setup. Alone they are not a
     finding: tuned clusters set many of them on purpose. Without any such line, NCCL's
@@ -78,7 +78,9 @@ def nccl_env_override(evidence: EvidenceSet) -> Iterator[Finding]:
     """
     view = comm_view(evidence)
     forced = [
-        (e, s) for e, s in view.of("nccl.env_override") if s.fields.get("variable") in FORCING
+        (e, s)
+        for e, s in view.of("nccl.env_override", "nccl.topology_file")
+        if s.fields.get("variable") in FORCING
     ]
     if not forced:
         yield from _topology_file(view)
@@ -105,8 +107,9 @@ def nccl_env_override(evidence: EvidenceSet) -> Iterator[Finding]:
         evidence=ids(forced)[:8],
         fix=(
             f"Unset {', '.join(sorted({str(s.fields['variable']) for _, s in forced})[:6])} "
-            "and rerun; if the job then works, re-add them one at a time to find the one that "
-            "does not fit this hardware."
+            "and rerun (NCCL also reads them from /etc/nccl.conf and ~/.nccl.conf); if the job "
+            "then works, re-add them one at a time to find the one that does not fit this "
+            "hardware."
         ),
         confirm="the job runs with the NCCL_* overrides unset",
     )

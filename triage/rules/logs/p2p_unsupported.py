@@ -95,6 +95,9 @@ def p2p_unsupported(evidence: EvidenceSet) -> Iterator[Finding]:
         confidence, when = 0.3, "stops right after its communicators are set up"
     else:
         return
+    injected = overrides.get("NCCL_TOPO_FILE") or overrides.get("NCCL_GRAPH_FILE")
+    if injected:  # NCCL did not probe this machine: a file that does not fit it stalls alike
+        confidence -= 0.2
     if iommu:
         confidence += 0.1
     host = next(iter(view.hosts), None)
@@ -107,6 +110,12 @@ def p2p_unsupported(evidence: EvidenceSet) -> Iterator[Finding]:
             "host this is the classic P2P failure: the IOMMU or PCIe ACS blocks peer traffic "
             "and NCCL's P2P transport waits forever."
             + (" The kernel runs without iommu=pt." if iommu else "")
+            + (
+                f" But NCCL read its topology from {injected} instead of probing this machine,"
+                " and a file that does not describe it stalls setup alike."
+                if injected
+                else ""
+            )
         ),
         ranks=[],
         location=view.location(ranks),
