@@ -399,69 +399,6 @@ signature(
     summary="a DataLoader worker hit a bus error: /dev/shm is too small for its batches",
 )
 
-# --- InfiniBand / RoCE ------------------------------------------------------------------
-
-
-def _verbs(found: re.Match[str]) -> dict[str, Any]:
-    reason = (found["reason"] or "").strip()
-    out: dict[str, Any] = {"reason": reason} if reason else {}
-    if found["call"].startswith("ibv_reg_mr") and "Cannot allocate memory" in reason:
-        out["memlock"] = True
-    return out
-
-
-signature(
-    "nccl.ib_verbs_failed",
-    r"\b(?P<call>ibv_[a-z0-9_]+) failed(?: with (?:error )?(?:\d+ )?(?P<reason>[^,]+))?",
-    anchors="ibv_",
-    summary="an InfiniBand verbs call failed (memory registration, queue pair setup or state change)",
-    extract=_verbs,
-)
-
-_WC_STATUS = {
-    "4": "IBV_WC_LOC_PROT_ERR",
-    "5": "IBV_WC_WR_FLUSH_ERR",
-    "10": "IBV_WC_REM_ACCESS_ERR",
-    "12": "IBV_WC_RETRY_EXC_ERR",
-    "13": "IBV_WC_RNR_RETRY_EXC_ERR",
-}
-
-
-def _completion(found: re.Match[str]) -> dict[str, Any]:
-    status = found["status"] or found["status2"]
-    out: dict[str, Any] = {}
-    if status:
-        out["status"] = int(status)
-        name = found["status_name"] or _WC_STATUS.get(status)
-        if name:
-            out["status_name"] = name
-    return out
-
-
-signature(
-    "nccl.ib_completion_error",
-    r"(?:Got completion (?:from peer (?P<peer>[^\s<]+)(?:<\d+>)? )?with "
-    r"(?:error (?P<status>\d+)|status=(?:(?P<status_name>IBV_WC_\w+)\()?(?P<status2>\d+)\)?)"
-    r"|Got CQE with error)",
-    anchors=("Got completion", "Got CQE with error"),
-    summary="an InfiniBand/RoCE work request completed with an error (retry exceeded, access, flush)",
-    extract=_completion,
-)
-
-signature(
-    "nccl.ib_async_event",
-    r"(?:Got async (?:error )?event|async fatal event)\s*(?:on \w+)?\s*:?\s*(?P<event>.*)",
-    anchors=("Got async event", "Got async error event", "async fatal event"),
-    summary="the InfiniBand device reported an asynchronous fault (port down, fatal device error)",
-)
-
-signature(
-    "ib.memlock",
-    r"RLIMIT_MEMLOCK is (?P<bytes>\d+) bytes",
-    anchors="RLIMIT_MEMLOCK",
-    summary="the locked-memory ulimit is too low for RDMA memory registration",
-)
-
 # --- GPU peer-to-peer -------------------------------------------------------------------
 
 signature(
