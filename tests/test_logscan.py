@@ -93,6 +93,14 @@ def test_local_ranks_become_ranks_through_the_launcher_report(tmp_path: Path) ->
     assert unrecognized.local_rank == 1 and unrecognized.rank == 1
 
 
+def test_a_block_opened_after_another_anchor_on_its_line_keeps_its_lines(tmp_path: Path) -> None:
+    """The line's first anchor (`ERROR`, a generic error line) asks for no context; the block
+    anchor after it on the same line does."""
+    text = FAILED_COLLECTIVE.replace("Stack trace of", "ERROR Stack trace of", 1)
+    (record,) = scan_file(_write(tmp_path, "rank3.log", text)).tracebacks
+    assert [f.function for f in record.frames] == ["broadcast", "wrapper", "sync_step", "<module>"]
+
+
 def test_stack_of_the_failed_collective_is_a_dump_of_that_rank(tmp_path: Path) -> None:
     result = scan_file(_write(tmp_path, "rank3.log", FAILED_COLLECTIVE))
     (record,) = result.tracebacks

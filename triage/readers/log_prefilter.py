@@ -206,7 +206,12 @@ def _scan(data: bytes, table: Table, out: RangeScan) -> int:
         anchored = anchor in table.signature_anchors or _anchored_later(data, hit.end(), table)
         lines.want(line_start, anchored=anchored)
         position = lines.end_of(line_start)
-        remaining = table.after_of.get(anchor, 0)
+        # the line's first anchor may ask for no context while a later one opens a block
+        # (`ERROR ... Stack trace of the failed collective:`)
+        later = table.context_anchors.search(data, hit.end(), position)
+        remaining = max(
+            table.after_of.get(anchor, 0), table.after_of[later.group(0)] if later else 0
+        )
         while remaining:
             if position >= len(data):
                 owed = remaining
