@@ -95,6 +95,14 @@ def test_a_traceback_cut_before_its_exception_is_a_failure_without_a_name(tmp_pa
         187,
     )
     assert "cut before its exception line" in top.summary and "lines after" in top.fix
+    # A guess this low names no symptom: the intake's next steps (every rank's log) stand.
+    assert report.symptom == "unknown"
+    assert any("every rank's log" in step for step in report.next_steps)
+
+
+def test_an_exception_no_rule_reads_still_hands_over_to_its_playbook(tmp_path: Path) -> None:
+    report = analyze_files(tmp_path, {"rank1.log": f"[rank1]:{SHAPES}"})
+    assert report.symptom == "config"
 
 
 @pytest.mark.parametrize(

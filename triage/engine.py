@@ -185,10 +185,16 @@ def decide(playbook: Playbook, report: Report) -> Report:
     return report
 
 
+#: A verdict below this names no symptom: its family is itself a guess (a failure whose
+#: exception is missing), so the intake's own next steps (every rank's log) stand.
+HAND_OVER_MIN = 0.1
+
+
 def hand_over(report: Report, by_symptom: dict[str, Playbook]) -> Report:
     """The intake's best hypothesis names the symptom; its playbook gives the next steps."""
     top = report.verdict
-    playbook = by_symptom.get(symptom_of(top.cause_id)) if top else None
+    named = top is not None and top.confidence >= HAND_OVER_MIN
+    playbook = by_symptom.get(symptom_of(top.cause_id)) if top and named else None
     if playbook is not None:
         report.symptom, report.playbook = playbook.symptom, playbook.name
         report.next_steps = _next_steps(playbook, report)
