@@ -5,7 +5,7 @@ nvidia-smi answers in tens of milliseconds on an idle host and in up to a second
 8-GPU node (each call loads NVML anew), and a live `triage hang` asks it three things one
 after the other. None of that needs the CLI: started with the py-spy dumps, the queries
 run beside the import, and `host_facts` takes their answers when it gets to them. Their
-output goes to in-memory files, not pipes, so nothing waits on a reader.
+output goes to in-memory files as the early dumps' does (`pyspy.EarlyDump`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import os
 import shutil
 import subprocess
 import threading
+
+from triage.readers.pyspy import EarlyDump
 
 #: What the environment check asks nvidia-smi: GPUs, the processes holding their memory,
 #: the topology matrix.
@@ -27,8 +29,8 @@ SMI_QUERIES: tuple[tuple[str, ...], ...] = (
     ("topo", "-m"),
 )
 
-#: Commands started early, by their full argv: the process and the file its stdout fills.
-_started: dict[tuple[str, ...], tuple[subprocess.Popen[bytes], int]] = {}
+#: Commands started early, by their full argv.
+_started: dict[tuple[str, ...], EarlyDump] = {}
 _starting: threading.Thread | None = None
 
 
@@ -53,12 +55,12 @@ def _start_all(commands: list[tuple[str, ...]]) -> None:
             return
         try:
             process = subprocess.Popen(
-                argv, stdout=output, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL
+                argv, stdout=output, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True
             )
         except OSError:
             os.close(output)
             return
-        _started[argv] = (process, output)
+        _started[argv] = EarlyDump(process, output)
 
 
 def take(argv: tuple[str, ...], timeout_s: float) -> tuple[int, str] | None:
@@ -70,20 +72,12 @@ def take(argv: tuple[str, ...], timeout_s: float) -> tuple[int, str] | None:
     started = _started.pop(argv, None)
     if started is None:
         return None
-    process, output = started
     try:
-        code = process.wait(timeout=timeout_s)
+        stdout, _ = started.communicate(timeout_s)
     except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-        os.close(output)
+        _stop(started)
         return None
-    os.lseek(output, 0, os.SEEK_SET)
-    chunks = []
-    while chunk := os.read(output, 1 << 20):
-        chunks.append(chunk)
-    os.close(output)
-    return code, b"".join(chunks).decode("utf-8", errors="replace")
+    return started.process.returncode, stdout
 
 
 def discard() -> None:
@@ -91,8 +85,11 @@ def discard() -> None:
     if _starting is not None:
         _starting.join()
     while _started:
-        _, (process, output) = _started.popitem()
-        with contextlib.suppress(OSError):
-            process.kill()
-        process.wait()
-        os.close(output)
+        _stop(_started.popitem()[1])
+
+
+def _stop(started: EarlyDump) -> None:
+    with contextlib.suppress(OSError):
+        started.process.kill()
+    started.process.communicate()
+    started.close()

@@ -267,7 +267,7 @@ class BlockParser:
         if not stripped.startswith("│"):  # a box cut short, or a table that only looked like one
             self._close(key)
             return False
-        inner = stripped.strip("│").strip()
+        inner = _box_inner(stripped)
         frame = _RICH_FRAME.match(block.wrapped_path + inner)
         if frame:
             block.wrapped_path = ""
@@ -401,12 +401,17 @@ def placeholder_pid(path: str, line: int) -> int:
     return -(1 << 20) - zlib.crc32(f"{path}:{line}".encode()) % (1 << 30)
 
 
+def _box_inner(stripped: str) -> str:
+    """A box line's text between its borders."""
+    return stripped.strip("│").strip()
+
+
 def _rich_frame_line(stripped: str) -> bool:
     """A line of a rich traceback's box that names a frame, or the path of one wrapped onto
     its own line."""
     if not (stripped.startswith("│") and stripped.endswith("│")):
         return False
-    inner = stripped.strip("│").strip()
+    inner = _box_inner(stripped)
     frame = _RICH_FRAME.match(inner)
     return bool(frame and frame["file"]) or _RICH_PATH.match(inner) is not None
 

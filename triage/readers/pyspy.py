@@ -61,9 +61,10 @@ class Dump:
 
 
 class EarlyDump:
-    """A dump `start_early` began. Its JSON goes to an in-memory file, not a pipe: the
-    starter waits for one dump to end before it starts another, and a rank's stacks can
-    outgrow a pipe's buffer, which would hold the dump until someone read it."""
+    """A dump `start_early` began (or an early host query, `early_commands`). Its output
+    goes to an in-memory file, not a pipe: the starter waits for one dump to end before it
+    starts another, and a rank's stacks can outgrow a pipe's buffer, which would hold the
+    dump until someone read it."""
 
     __slots__ = ("process", "output")
 

@@ -218,12 +218,16 @@ class CommView:
             if not _BENIGN_WARN.search(str(s.fields.get("message", "")))
         ]
 
+    def override_lines(self) -> list[Signal]:
+        """NCCL's lines that say an NCCL_* variable is in force: its echo of the environment,
+        and a topology file it loaded (NCCL_TOPO_FILE)."""
+        return self.of("nccl.env_override", "nccl.topology_file")
+
     def overrides(self) -> dict[str, str]:
-        """NCCL_* variables the environment set, as NCCL echoed them (a topology file it
-        loaded counts as NCCL_TOPO_FILE)."""
+        """NCCL_* variables in force, as NCCL's lines say."""
         return {
             str(s.fields["variable"]): str(s.fields.get("value", ""))
-            for _, s in self.of("nccl.env_override", "nccl.topology_file")
+            for _, s in self.override_lines()
         }
 
     def failure_signals(self) -> list[Signal]:

@@ -77,11 +77,7 @@ def nccl_env_override(evidence: EvidenceSet) -> Iterator[Finding]:
     NCCL environment variables documentation.
     """
     view = comm_view(evidence)
-    forced = [
-        (e, s)
-        for e, s in view.of("nccl.env_override", "nccl.topology_file")
-        if s.fields.get("variable") in FORCING
-    ]
+    forced = [(e, s) for e, s in view.override_lines() if s.fields.get("variable") in FORCING]
     if not forced:
         yield from _topology_file(view)
         return

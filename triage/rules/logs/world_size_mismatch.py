@@ -95,9 +95,7 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
         items = signals(evidence, name)
         if items:
             found.append((confidence, what, items, _FIX))
-    saved = signals(evidence, "setup.checkpoint_parallel_size") + signals(
-        evidence, "setup.checkpoint_mp_world"
-    )
+    saved = signals(evidence, "setup.checkpoint_parallel_size", "setup.checkpoint_mp_world")
     if saved:
         fields = saved[0][1].fields
         sizes = f" ({fields['saved']} saved, {fields['now']} now)" if fields.get("now") else ""
