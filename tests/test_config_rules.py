@@ -425,6 +425,11 @@ def names(line: str) -> dict[str, dict[str, object]]:
             {},
         ),
         (NO_NCCL_BUILT, "setup.backend_unavailable", {"backend": "NCCL"}),
+        (  # torch's own raise, as a traceback shows its source line (two string literals)
+            """raise RuntimeError("Distributed package doesn't have NCCL " "built in")""",
+            "setup.backend_unavailable",
+            {"backend": "NCCL"},
+        ),
         (NO_BACKEND_CPU.splitlines()[-1], "setup.no_backend_for_device", {"device": "cpu"}),
         (CUDA_DENSE, "setup.tensor_device", {}),
         (

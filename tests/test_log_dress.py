@@ -192,6 +192,20 @@ def test_a_cut_inside_a_name_is_joined(tmp_path: Path, name: str, width: int) ->
     assert top(tmp_path / "report", cut) == top(tmp_path / "plain", evidence) is not None
 
 
+def test_two_lines_cut_inside_a_word_at_one_width_are_joined(tmp_path: Path) -> None:
+    """An OOM message posted cut at 280 characters, twice inside a word (`Includ` / `ing`,
+    `T` / `rue`): no terminal's width, but two cuts of one length that each go on in the
+    next line (a dev case as posted)."""
+    evidence, cause = case("oom/llm-trainer-parallel-type-none-three-processes-share-gpu0-moe-oom")
+    log = tmp_path / "paste.txt"
+    log.write_text(evidence + "\n")
+    assert wrap_width(log, log.stat().st_size) == 280
+    assert top(tmp_path / "report", evidence) == cause
+    once = tmp_path / "once.txt"
+    once.write_text("x" * 276 + "word\nand the sentence goes on.\n")
+    assert wrap_width(once, once.stat().st_size) is None
+
+
 def test_an_indented_line_after_a_long_one_is_not_its_rest(tmp_path: Path) -> None:
     """A code block's next line starts with several spaces: that is not a cut's rest."""
     log = tmp_path / "trace.txt"

@@ -259,6 +259,30 @@ def test_listed_other_process(tmp_path: Path) -> None:
     assert "process 123 holds 60.00 GiB" in verdict.summary
 
 
+def listing(*held: tuple[int, str]) -> str:
+    """OTHER_PROCESS_LISTED with its one process replaced by these (pid, size) entries."""
+    entries = " ".join(f"Process {pid} has {size} memory in use." for pid, size in held)
+    return OTHER_PROCESS_LISTED.replace("Process 123 has 60.00 GiB memory in use.", entries)
+
+
+def test_processes_launched_in_a_row_are_ranks_of_one_job(tmp_path: Path) -> None:
+    """Pids that follow each other, each holding a different amount: workers one launcher
+    started, the job's other ranks on this GPU (a never-seen report's shape); an earlier
+    run's ranks left behind stand beside it."""
+    held = ((1563103, "9.89 GiB"), (1563102, "35.03 GiB"), (1563104, "23.79 GiB"))
+    report = run_oom(tmp_path, {"train.log": listing(*held)})
+    found = causes(report)
+    assert (top(report).cause_id, top(report).confidence) == ("oom.same_device", 0.55)
+    assert "1563103 (9.89 GiB)" in top(report).summary
+    assert found["oom.other_process"].confidence < 0.55
+
+
+def test_processes_far_apart_are_other_jobs(tmp_path: Path) -> None:
+    held = ((1563103, "30.00 GiB"), (2210, "30.00 GiB"))
+    verdict = top(run_oom(tmp_path, {"train.log": listing(*held)}))
+    assert (verdict.cause_id, verdict.confidence) == ("oom.other_process", 0.8)
+
+
 def test_stray_contexts_of_other_ranks_are_a_second_hypothesis(tmp_path: Path) -> None:
     report = run_oom(tmp_path, {"train.log": STRAY_CONTEXTS})
     found = causes(report)

@@ -4,9 +4,9 @@ A log copied out of tmux, screen or a narrow terminal comes back with every long
 into pieces of exactly the terminal's width: an NCCL line, a watchdog timeout or an OOM
 message then no longer holds its words in one line, and no signature reads it. Such a
 text shows several lines of one length, its longest, with hardly any a character or
-three shorter, each followed by a line that does not start as it did (or one or two at a
-terminal's usual width that end inside a word, or before a space, where the next line
-goes on); joining each of
+three shorter, each followed by a line that does not start as it did (or two that end
+inside a word, or before a space, where the next line goes on, or one such at a terminal's
+usual width); joining each of
 them with the line after it gives the log back. Lines that are merely long and alike (a
 run of NCCL COLL lines) have neighbours in length and in prefix, and tables (nvidia-smi's
 rows) end in a border: both are left alone. Only small files are looked at: pasted text,
@@ -55,9 +55,11 @@ def wrap_width(path: Path, size: int) -> int | None:
     cut = [n for n, line in enumerate(lines[:-1]) if len(line) == width]
     if width < MIN_WIDTH or not cut:
         return None
-    if len(cut) < MIN_CUT:  # one or two long lines: cut inside a word, at a terminal's width
+    if len(cut) < MIN_CUT:  # one or two long lines, each cut inside a sentence
         inside = all(_continued(lines[n], lines[n + 1]) for n in cut)
-        return width if width in TERMINAL_WIDTHS and inside else None
+        # one cut only at a terminal's width; two of exactly one length at any width (a
+        # web page's or an editor's, as an issue's text box wraps)
+        return width if inside and (width in TERMINAL_WIDTHS or len(cut) > 1) else None
     pieces = {n + 1 for n in cut}  # what follows a cut line is its rest, whatever its length
     near = sum(
         1 for n, line in enumerate(lines) if width - 3 <= len(line) < width and n not in pieces

@@ -343,7 +343,8 @@ signature(
     "setup.backend_unavailable",
     r"ProcessGroupNCCL is only supported with GPUs, no GPUs found"
     r"|\bnccl2? requires at least one CUDA device"
-    r"|Distributed package doesn't have (?P<backend>NCCL|MPI|UCC|Gloo) built in",
+    # the message, or torch's source line raising it, shown in a traceback (two literals)
+    r"""|Distributed package doesn't have (?P<backend>NCCL|MPI|UCC|Gloo)(?: " "| )built in""",
     anchors=(
         "ProcessGroupNCCL is only supported with GPUs",
         "requires at least one CUDA device",

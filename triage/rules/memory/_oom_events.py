@@ -79,6 +79,24 @@ def siblings(others: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return small if max(sizes) <= min(sizes) * 1.1 else []
 
 
+#: How far apart, per process, the pids of processes one launcher started in a row lie:
+#: torchrun and mp.spawn start their workers one after the other, so their pids follow each
+#: other, give or take the threads started between them. Unrelated processes' pids lie
+#: thousands apart.
+LAUNCH_PID_SPAN = 64
+
+
+def launched_together(others: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Other processes holding memory whose pids one launch gave out in a row: two or more,
+    within LAUNCH_PID_SPAN of each other per process. Ranks of one job, this one's or an
+    earlier run's left behind."""
+    holding = [(pid, used) for pid, used in others if used > 0]
+    if len(holding) < 2:
+        return []
+    pids = [pid for pid, _ in holding]
+    return holding if max(pids) - min(pids) <= LAUNCH_PID_SPAN * (len(pids) - 1) else []
+
+
 @dataclass
 class OomNumbers:
     """The allocator's numbers at the OOM, in bytes; None where the message omits one."""

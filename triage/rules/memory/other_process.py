@@ -13,6 +13,7 @@ from triage.rules.memory._oom_events import (
     evidence_of,
     held_by_others,
     judge,
+    launched_together,
     siblings,
 )
 from triage.rules.memory._oom_view import oom_view
@@ -41,6 +42,12 @@ def _score(event: OomEvent) -> tuple[float, str] | None:
             f"{len(others)} other processes with the same footprint hold "
             f"{format_size(core.held)} of GPU {core_device(event)}; they look like this job's "
             "own ranks rather than another job"
+        )
+    if launched_together(event.numbers.others()):
+        return 0.45, (  # workers of one launch: this job's ranks unless an earlier run's
+            f"{format_size(core.held)} of GPU {core_device(event)} is held by processes whose "
+            "pids follow each other: ranks of one launch, left behind by an earlier run if "
+            "they are not this job's"
         )
     if others:
         listed = ", ".join(f"process {pid} holds {format_size(used)}" for pid, used in others[:4])

@@ -15,6 +15,7 @@ from triage.rules.memory._oom_events import (
     evidence_of,
     first_location,
     in_setup,
+    launched_together,
     loads_checkpoint,
     siblings,
     strongest,
@@ -172,6 +173,25 @@ def _from_stray_contexts(view: OomView) -> Scored | None:
     return None
 
 
+def _from_launched_together(view: OomView) -> Scored | None:
+    """The OOM message lists processes whose pids follow each other: workers one launcher
+    started in a row, most often this job's other ranks on the rank's GPU."""
+    for event in view.gpu:
+        together = launched_together(event.numbers.others())
+        if not together:
+            continue
+        device = event.numbers.device
+        listed = ", ".join(f"{pid} ({format_size(used)})" for pid, used in together[:8])
+        summary = (
+            f"{event.who().capitalize()} ran out of memory on GPU {device}{event.where()}, where "
+            f"{len(together)} other processes hold memory whose pids follow each other "
+            f"({listed}): workers started by one launcher, this job's other ranks on the same "
+            "GPU (or an earlier run's ranks left behind)."
+        )
+        return 0.55, summary, view.ranks([event]), event.location, event.evidence
+    return None
+
+
 def _from_dumps(view: OomView) -> Scored | None:
     """Memory snapshots of several ranks all hold memory on the same device index."""
     by_device: dict[int, set[int]] = defaultdict(set)
@@ -199,7 +219,8 @@ def same_device(evidence: EvidenceSet) -> Iterator[Finding]:
     An OOM raised inside torch.load's restore path (tensors restored to the GPU they were saved
     from); two or more ranks reporting their OOM on the same GPU index (on one host); an OOM
     message listing other processes that the logs show are ranks of the same job, or several
-    small ones (stray CUDA contexts of other ranks); an OOM during process-group or DDP set-up
+    small ones (stray CUDA contexts of other ranks), or other processes whose pids follow
+    each other (workers of one launch); an OOM during process-group or DDP set-up
     (init_process_group, barrier, DDP's parameter broadcast); an OOM inside
     torch.cuda.empty_cache() (only its CUDA context can run out there); or memory snapshots of several
     ranks that all hold memory on one device index.
@@ -223,7 +244,8 @@ def same_device(evidence: EvidenceSet) -> Iterator[Finding]:
     Ranks on different hosts share GPU indexes legitimately, and with CUDA_VISIBLE_DEVICES set
     per rank every rank calls its GPU "GPU 0"; without memory held by others in the numbers,
     a shared index alone is weak evidence. A checkpoint larger than one GPU also fails
-    inside torch.load (then nothing else holds the GPU and confidence is lower).
+    inside torch.load (then nothing else holds the GPU and confidence is lower). Ranks an
+    earlier run left behind also have pids in a row (oom.other_process stands beside it).
 
     References:
     https://pytorch.org/docs/stable/generated/torch.load.html (map_location);
@@ -239,6 +261,7 @@ def same_device(evidence: EvidenceSet) -> Iterator[Finding]:
             _from_setup(view),
             _from_context(view),
             _from_stray_contexts(view),
+            _from_launched_together(view),
             _from_dumps(view),
         )
         if found is not None
