@@ -22,6 +22,7 @@ from triage.rules.stacks._hang_view import (
     conditional_wait,
     excluding_branch,
     past_the_loop,
+    skipped_branch,
 )
 
 TIMEOUTS = ("hang.watchdog_timeout", "hang.gloo_timeout", "hang.monitored_barrier")
@@ -104,6 +105,10 @@ def trace_split(stacks: list[tuple[Evidence, RankState]]) -> TraceSplit | None:
         culprit = next(g for g in groups if g is not rest)
     elif len(others[0].states) == len(majority.states):
         conditional = [g for g in groups if branch_of(g, [x for x in groups if x is not g])]
+        if not conditional:  # a side that skipped a conditional call the other waits beyond
+            conditional = [
+                g for g in groups if skipped_branch(g, [x for x in groups if x is not g])
+            ]
         if len(conditional) != 1:
             merged = StateGroup(
                 [s for g in groups for s in g.states], [e for g in groups for e in g.evidence]
@@ -122,7 +127,12 @@ def trace_split(stacks: list[tuple[Evidence, RankState]]) -> TraceSplit | None:
     if left_out is not None and left_out[0].negated:  # the culprit took the `if` itself
         found = branch_of(culprit, [])
         branch = f"{found[1].file}:{found[1].line} sits under `{found[0].text}`" if found else ""
-    elif left_out is not None:
+        return TraceSplit(culprit, rest, None, groups, branch)
+    if not found and left_out is None:
+        # the others wait later in the loop than a collective an `if` can leave out (on an
+        # async collective's work.wait(), or at the next call): the culprit skipped that one
+        left_out = skipped_branch(culprit, [rest])
+    if left_out is not None:
         block, frame = left_out
         branch = (
             f"{frame.file}:{frame.line} sits under `{block.text}`, which leaves some ranks out: "
