@@ -116,3 +116,27 @@ def test_a_rank_that_passed_the_monitored_barrier_names_no_culprit(tmp_path: Pat
     assert all("failed on its own" not in h.summary for h in report.hypotheses)
     timeout = next(h for h in report.hypotheses if h.cause_id == "hang.collective_timeout")
     assert "rank 0's log names the ranks that never arrived" in timeout.summary
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "FAILED tests/test_trainer.py::Test::test_evaluate - AssertionError: 0.5175 != 0.41851",
+        "AssertionError: 2.3125 != 2.3129 within 7 places",
+        "E       assert 0.25 == 0.5",
+    ],
+)
+def test_an_assertion_that_two_numbers_are_equal_is_results_that_differ(
+    tmp_path: Path, line: str
+) -> None:
+    top = analyze_files(tmp_path, {"test.log": f"{line}\n"}).hypotheses[0]
+    assert (top.cause_id, top.rule_id) == ("wrong.unknown", "logs.wrong_markers")
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["AssertionError: world size 4 != 8 GPUs", "E       assert rank == 0", "assert 1 == 1"],
+)
+def test_other_assertions_are_no_results_that_differ(tmp_path: Path, line: str) -> None:
+    report = analyze_files(tmp_path, {"test.log": f"{line}\n"})
+    assert all(h.cause_id != "wrong.unknown" for h in report.hypotheses)

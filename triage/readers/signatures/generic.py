@@ -83,19 +83,26 @@ signature(
     summary="cuBLAS/cuDNN could not start on the GPU (memory already full, or a CUDA mismatch)",
 )
 
-# Wrong results: a numerical comparison that failed (torch.testing, numpy), or a metric
-# reported per number of GPUs (`1 gpu: 0.7729`, `8 GPUs: 53.7%`): results that depend on
-# the world size are the defining symptom of the wrong.* causes.
+_NUMBER = r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+
+# Wrong results: a numerical comparison that failed (torch.testing, numpy, an assertion
+# that two numbers are equal), or a metric reported per number of GPUs (`1 gpu: 0.7729`,
+# `8 GPUs: 53.7%`): results that depend on the world size are the defining symptom of the
+# wrong.* causes.
 signature(
     "generic.values_differ",
     r"Tensor-likes are not (?:close|equal)|Mismatched elements: \d+ / \d+|"
-    r"Arrays are not (?:almost )?equal|Not equal to tolerance|Scalars are not (?:close|equal)",
+    r"Arrays are not (?:almost )?equal|Not equal to tolerance|Scalars are not (?:close|equal)|"
+    # unittest's assertEqual/assertAlmostEqual and pytest's assert on two numbers
+    rf"(?:AssertionError: |^E\s+)(?:assert )?{_NUMBER} (?:!=|==) {_NUMBER}(?:$| within )",
     anchors=(
         "Tensor-likes are not",
         "Mismatched elements: ",
         "Arrays are not",
         "Not equal to tolerance",
         "Scalars are not",
+        "AssertionError: ",
+        "       assert ",
     ),
     summary="a numerical comparison failed: two results that should match do not",
 )
