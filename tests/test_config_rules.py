@@ -835,3 +835,31 @@ def test_a_usage_block_alone_is_a_weaker_launch_error(tmp_path: Path) -> None:
 @pytest.mark.parametrize("line", ["GPU memory usage: 3.2 GB", "  cpu usage: 12%, disk usage: 3%"])
 def test_resource_usage_lines_are_no_argparse_usage(tmp_path: Path, line: str) -> None:
     assert "setup.usage_printed" not in names(line)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "cmd = pdsh -S -f 1024 -w node-0,node-1 cd /; python -u -m deepspeed.launcher.launch"
+        " --node_rank=%n --master_addr= --master_port=29500 train.py",
+        "[INFO] [runner.py:417:main] Using IP address of  for node node-0.svc.cluster.local",
+        "+ MASTER_ADDR= MASTER_PORT=29500 torchrun --nnodes 2 train.py",
+    ],
+)
+def test_an_empty_rendezvous_address_in_the_launch(tmp_path: Path, line: str) -> None:
+    top = analyze_files(tmp_path, {"launcher.log": f"{line}\n"}).hypotheses[0]
+    assert (top.cause_id, top.confidence) == ("config.env_missing", 0.7)
+    assert "--master_addr IP" in top.fix
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "torchrun --master_addr=10.0.0.1 --master_port=29500 train.py",
+        'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_NODELIST" | head -n 1)',
+        "MASTER_ADDR=node-0 MASTER_PORT=29500",
+    ],
+)
+def test_a_rendezvous_address_that_is_set_is_no_finding(tmp_path: Path, line: str) -> None:
+    report = analyze_files(tmp_path, {"launcher.log": f"{line}\n"})
+    assert all(h.cause_id != "config.env_missing" for h in report.hypotheses)

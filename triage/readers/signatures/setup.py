@@ -128,6 +128,16 @@ signature(
 )
 
 signature(
+    "setup.empty_master_addr",
+    # a launch command or environment printout whose rendezvous address is empty (a
+    # launcher that derived it from a command that printed nothing: `hostname -I` in a pod),
+    # and DeepSpeed's runner saying so
+    r"--master[_-]addr=(?=\s|$)|(?<![\w$])MASTER_ADDR=(?=\s|;|$)|Using IP address of  for node",
+    anchors=("-addr=", "_addr=", "MASTER_ADDR=", "Using IP address of  for"),
+    summary="the rendezvous address (MASTER_ADDR, --master_addr) is empty in the launch",
+)
+
+signature(
     "setup.default_group_missing",
     r"Default process group (?:has not been|is not) initialized",
     anchors=(
@@ -185,6 +195,16 @@ signature(
     r"\(device_ids\[0\]\) but found one of them on device: (?P<found>\S+)",
     anchors="module must have its parameters and buffers on device",
     summary="DataParallel was given a module that is not on device_ids[0]",
+)
+
+# accelerate refuses to prepare a quantized (bitsandbytes) model whose device_map put it on
+# another GPU than the process's own: `device_map="auto"` in every rank spreads or stacks it
+signature(
+    "setup.quantized_other_device",
+    r"You can't train a model that has been loaded (?:in [\w -]+ precision )?on a different"
+    r" device than the one you're training on",
+    anchors="You can't train a model that has been loaded",
+    summary="a quantized model was loaded on another GPU than the one this process trains on",
 )
 
 # --- config.world_size_mismatch ----------------------------------------------------------

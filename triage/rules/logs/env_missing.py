@@ -21,6 +21,14 @@ _FIX = (
     "os.environ.get(NAME, default)."
 )
 
+_EMPTY_FIX = (
+    "Give the launcher the address instead of letting it derive one: `deepspeed --master_addr "
+    "IP`, `torchrun --master-addr IP` or `--rdzv-endpoint IP:PORT`, MASTER_ADDR exported from "
+    "the scheduler (`scontrol show hostnames $SLURM_NODELIST | head -n1`); the address must be "
+    "one every node reaches. Where the launcher derives it (`hostname -I` on the first host of "
+    "the hostfile), run that command there: it printed nothing."
+)
+
 
 @rule("logs.env_missing", "config.env_missing")
 def env_missing(evidence: EvidenceSet) -> Iterator[Finding]:
@@ -32,13 +40,16 @@ def env_missing(evidence: EvidenceSet) -> Iterator[Finding]:
     file:// forms `rank parameter missing`, `world size parameter missing`); a script's
     `KeyError: 'LOCAL_RANK'` (RANK, WORLD_SIZE, MASTER_*, SLURM_*, OMPI_COMM_WORLD_*);
     a traceback through `os.environ["LOCAL_RANK"]` (its KeyError line lost or reworded);
+    a launch command or environment whose MASTER_ADDR / --master_addr is empty (DeepSpeed's
+    `Using IP address of  for node`: the address it derived from `hostname -I` was blank);
     weaker: `Default process group has not been initialized` and DeepSpeed's `Not using
     the DeepSpeed or dist launchers` (the script ran without a launcher).
 
     Why it happens:
     The script was started with plain `python` instead of torchrun/srun/deepspeed, a
     SLURM or MPI wrapper does not export the torch variables, or the init method expects
-    env:// while the code passes no rank/world size.
+    env:// while the code passes no rank/world size; a launcher that derives MASTER_ADDR
+    (from the hostfile's first host, SLURM_NODELIST) got nothing back.
 
     Evidence:
     The rendezvous error or KeyError naming the variable, on the ranks that report it.
@@ -59,7 +70,8 @@ def env_missing(evidence: EvidenceSet) -> Iterator[Finding]:
     # A traceback through `os.environ["LOCAL_RANK"]` whose KeyError line was lost or reworded.
     read = signals(evidence, "setup.env_read") if tracebacks(evidence) else []
     weak = signals(evidence, "setup.default_group_missing", "setup.deepspeed_no_launcher")
-    items = explicit or read or weak
+    empty = signals(evidence, "setup.empty_master_addr")
+    items = explicit or read or empty or weak
     if not items:
         return
     names = sorted(
@@ -78,6 +90,9 @@ def env_missing(evidence: EvidenceSet) -> Iterator[Finding]:
     elif read:
         what = f"{', '.join(names)} not set when the job started (read in the failing traceback)"
         confidence = 0.6
+    elif empty:
+        what = "MASTER_ADDR is empty in the launch: the ranks have no rendezvous address"
+        confidence = 0.7
     else:
         what = "the script ran without a distributed launcher"
         confidence = (
@@ -90,7 +105,7 @@ def env_missing(evidence: EvidenceSet) -> Iterator[Finding]:
         location=comm_view(evidence).location(ranks, _ERROR_TEXT),
         confidence=confidence,
         evidence=ids(items)[:12],
-        fix=_FIX,
+        fix=_EMPTY_FIX if empty and items is empty else _FIX,
         confirm="`cat /proc/PID/environ | tr '\\0' '\\n' | grep -E 'RANK|WORLD|MASTER'` on a rank "
         "lacks the variable (or the job was started with plain python)",
     )
