@@ -188,13 +188,15 @@ def test_log_without_a_known_signature_says_what_to_collect(tmp_path: Path) -> N
     path = tmp_path / "rank0.log"
     path.write_text("".join(TRAINING.format(n=n) for n in range(5000)))
     code, report, stderr = analyze(str(path))
-    assert code == 1 and stderr  # the CLI fails when no evidence could be gathered
+    assert code == 1  # like grep: nothing found is not success
+    assert stderr.startswith("triage: error: no failure found in what was read: ")
     # Only the file's own record (where it ends), which is evidence beside other ranks' logs.
     assert [e["kind"] for e in report["evidence"]] == ["log_file"]
     assert report["evidence"][0]["excerpt"] == TRAINING.format(n=4999).strip()
     assert report["hypotheses"] == []
     assert any("no known failure signature" in g["reason"] for g in report["gaps"])
     assert any("NCCL_DEBUG=INFO" in step for step in report["next_steps"]), report["next_steps"]
+    assert sum("every rank's log" in step for step in report["next_steps"]) == 1
 
 
 def test_missing_path_is_one_clear_line(tmp_path: Path) -> None:

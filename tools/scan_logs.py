@@ -70,8 +70,8 @@ def scan_logs(log_files: list[str]) -> ToolOutput:
             Gap(
                 source=log_files[0] if len(log_files) == 1 else plural(len(log_files), "file"),
                 reason="no known failure signature or traceback in the logs",
-                hint="collect every rank's log with NCCL_DEBUG=INFO and TORCH_DISTRIBUTED_DEBUG=DETAIL, "
-                "and the launcher's output (torchrun --redirects 3 --tee 3)",
+                hint="If the job failed, its error is not in these lines: look in the other "
+                "ranks' logs, the launcher's output, or the rest of this log if this is a part.",
                 tool="scan_logs",
             )
         )

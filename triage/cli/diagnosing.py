@@ -65,11 +65,14 @@ def existing_paths(paths: list[str], what: str) -> list[str]:
 
 def _exit_without_evidence(report: Report) -> None:
     from triage.engine import found_evidence
+    from triage.observations import LogFile
 
     if not found_evidence(report):
         gap = report.gaps[0] if report.gaps else None
         why = f"{gap.source}: {gap.reason}" if gap else "nothing could be read"
-        typer.echo(f"triage: error: no evidence could be gathered: {why}", err=True)
+        read = any(e.kind == LogFile.EVIDENCE_KIND for e in report.evidence)
+        what = "no failure found in what was read" if read else "no evidence could be gathered"
+        typer.echo(f"triage: error: {what}: {why}", err=True)
         raise typer.Exit(1)
 
 
