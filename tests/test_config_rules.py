@@ -444,6 +444,11 @@ def names(line: str) -> dict[str, dict[str, object]]:
         ),
         (GLOO_PREMUL, "setup.reduce_op_unsupported", {"op": "PREMUL_SUM", "backend": "Gloo"}),
         (
+            "RuntimeError: SMDDP does not support: ReduceOp",
+            "setup.reduce_op_unsupported",
+            {"vendor": "SMDDP"},
+        ),
+        (
             "Parameters which did not receive grad for rank 0: unused.bias, unused.weight",
             "ddp.unused_parameter_names",
             {"parameters": ["unused.bias", "unused.weight"], "rank": "0"},

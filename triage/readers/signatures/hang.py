@@ -356,3 +356,15 @@ signature(
     anchors="submitted to be reduced, gathered or broadcasted by subset of ranks",
     summary="Horovod: some ranks submitted a collective the others have not",
 )
+
+# transformers' and accelerate's main_process_first(): every other rank waits in a barrier
+# while the main process runs the block alone (dataset.map tokenization, downloads,
+# caching); a block longer than the process group's timeout times the waiting ranks out.
+# A traceback's frame in it, or the `with` line that entered it.
+signature(
+    "hang.main_process_first",
+    r"\bin (?P<frame>(?:local_)?main_process_first)\s*$"
+    r"|\bwith\b.*\b(?P<call>(?:local_)?main_process_first)\(",
+    anchors="main_process_first",
+    summary="a stack inside main_process_first's barrier (the main process runs the block alone)",
+)

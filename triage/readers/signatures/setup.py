@@ -404,8 +404,10 @@ signature(
 
 signature(
     "setup.reduce_op_unsupported",
-    r"Cannot use ReduceOp\.(?P<op>\w+) with (?P<backend>Gloo|NCCL|MPI|UCC)",
-    anchors="Cannot use ReduceOp.",
+    r"Cannot use ReduceOp\.(?P<op>\w+) with (?P<backend>Gloo|NCCL|MPI|UCC)"
+    # a vendor backend's wording (SageMaker's SMDDP): `SMDDP does not support: ReduceOp`
+    r"|(?P<vendor>\w+) does not support:? ReduceOp",
+    anchors=("Cannot use ReduceOp.", "does not support: ReduceOp", "does not support ReduceOp"),
     summary="the backend does not implement this reduction",
 )
 

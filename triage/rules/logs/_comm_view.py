@@ -43,6 +43,7 @@ FACTS = frozenset(
         "hang.progress_print",
         "eval.batch_metrics",
         "hang.native_wait",
+        "hang.main_process_first",
         "nccl.version",
         "nccl.bootstrap_interface",
         "nccl.socket_interfaces",

@@ -11,7 +11,7 @@ from triage.observations import Frame, RankActivity, TracebackRecord
 from triage.readers.stacks import is_user_code
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._hang_lines import HangLog, hang_log, short_path
-from triage.rules.logs._signals import collective_of, ranks_of, signals
+from triage.rules.logs._signals import collective_of, ranks_of, signals, tracebacks
 from triage.text import rank_label, rank_subject
 
 # Code paths that typically run on one rank and issue collectives of their own.
@@ -73,6 +73,7 @@ def rank_not_in_collective(evidence: EvidenceSet) -> Iterator[Finding]:
         *_idle(view),
         *_quiet(evidence, view, dead),
         *_lone_dump(view),
+        *_main_first(evidence, view, dead),
     ]
     if not cases:
         return
@@ -234,6 +235,53 @@ def _silent(view: HangLog, ranks: list[int], waiting_ids: list[str]) -> _Case:
         + f"{who} never reached it (or reached it late)."
     )
     return _Case(ranks, confidence, why, [item.id for item, _ in logs] + waiting_ids)
+
+
+def _main_first(evidence: EvidenceSet, view: HangLog, dead: set[int]) -> list[_Case]:
+    """Tracebacks through main_process_first's barrier: the ranks that show it waited there
+    while the main process ran the block alone; with their timeout it is the classic
+    preprocessing that outlasted the process group's timeout, without it a cut stack."""
+    inside = signals(evidence, "hang.main_process_first")
+    if not inside or dead or view.own_errors or _raised_other_than_timeout(evidence):
+        return []
+    timed_out = bool(view.timeouts or signals(evidence, "generic.collective_stall"))
+    waiting = ranks_of(s for _, s in inside)
+    who = rank_label(waiting) if waiting else "the ranks whose stacks these are"
+    why = (
+        f"{who.capitalize()} waited in main_process_first's barrier (`{inside[0][1].text.strip()[:90]}`)"
+        ", which every rank but the main one enters first while the main process runs the block"
+        " alone (dataset tokenization, downloads, caching)"
+        + (
+            ", and timed out there: the block outlasted the process group's timeout."
+            if timed_out
+            else "; the stack stops there, and a block longer than the process group's"
+            " timeout (30 minutes by default) times them out."
+        )
+    )
+    local = any(
+        str(s.fields.get("frame") or s.fields.get("call")).startswith("local_") for _, s in inside
+    )
+    return [
+        _Case(
+            [] if local else [0],  # local_main_process_first: local rank 0 of every node
+            0.6 if timed_out else 0.35,
+            why,
+            [item.id for item, _ in inside[:4]],
+            title="the main process ran main_process_first's block alone past the timeout",
+        )
+    ]
+
+
+def _raised_other_than_timeout(evidence: EvidenceSet) -> bool:
+    """A traceback ends in an exception that is no timeout: an error of its own (an NCCL
+    system error in that barrier is a transport's failure, not a wait)."""
+    return any(
+        record.exception and not _TIMEOUT.search(f"{record.exception}: {record.message}")
+        for _, record in tracebacks(evidence, dumps=False)
+    )
+
+
+_TIMEOUT = re.compile(r"(?i)time[ds]? ?out|timeout|Socket Timeout")
 
 
 def _busy_frame_of(view: HangLog, rank: int) -> tuple[Frame, str] | None:
