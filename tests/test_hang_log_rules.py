@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import requires_torch, triage_cli
+from tests.conftest import analyze_files, requires_torch, triage_cli
 from triage.engine import rank as ranked
 from triage.models import Finding
 from triage.readers import pyspy, signatures
@@ -1066,3 +1066,34 @@ def test_real_py_spy_text_dumps_pasted_into_analyze(tmp_path: Path) -> None:
     assert top["cause_id"] == "hang.mismatched_collective", json.dumps(report["hypotheses"])
     assert top["location"]["line"] == fault
     assert len([e for e in report["evidence"] if e["kind"] == "stack"]) == 2
+
+
+SLEEPING_RANK = Path(__file__).parent / "fixtures" / "launcher_sleeping_rank.log"
+
+
+def test_a_rank_the_teardown_stopped_without_a_line_of_its_own_is_the_culprit(
+    tmp_path: Path,
+) -> None:
+    """torchrun's combined output of a real 4-rank gloo job (the fault matrix's sleep fault,
+    rank 3 asleep; its checkout path replaced): ranks 0-2 time out in one all_reduce, rank 3
+    appears only in the launcher's report, stopped by SIGTERM."""
+    report = analyze_files(tmp_path, {"launcher.log": SLEEPING_RANK.read_text()})
+    top = report.hypotheses[0]
+    assert (top.cause_id, top.confidence, top.ranks) == ("hang.rank_not_in_collective", 0.55, [3])
+    assert "only in the launcher's report" in top.summary
+    assert report.hypotheses[1].cause_id == "hang.collective_timeout"  # the close call
+
+
+def test_many_silent_ranks_beside_one_timeout_read_weaker(tmp_path: Path) -> None:
+    """Two silent ranks and one that timed out: the teardown may have stopped ranks that
+    were in the collective before their own timeout fired."""
+    text = SLEEPING_RANK.read_text()
+    cut = "\n".join(
+        line for line in text.splitlines() if not line.startswith(("[rank0]", "[rank2]"))
+    )
+    found = [
+        h
+        for h in analyze_files(tmp_path, {"launcher.log": cut}).hypotheses
+        if h.cause_id == "hang.rank_not_in_collective"
+    ]
+    assert found and found[0].confidence == 0.4 and found[0].ranks == [0, 2, 3]

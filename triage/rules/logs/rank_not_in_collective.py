@@ -178,11 +178,12 @@ def _quiet(evidence: EvidenceSet, view: HangLog, dead: set[int]) -> list[_Case]:
     # A rank in another collective call than the others' was in a collective all the same.
     traced = {s.rank for g in view.traced.groups for s in g.states} if view.traced else set()
     quiet = sorted(view.present - set(view.waiting) - dead - set(view.barrier_missing) - traced)
-    if not quiet:
-        return []
-    observed = {s.rank for _, s in signals(evidence, "hang.dump_signal_observed")}
     waiting_ids = [i for r in sorted(view.waiting) for i in view.waiting[r][:1]]
-    out, silent = [], []
+    out = _stopped_silent(view, dead | set(view.barrier_missing) | traced, waiting_ids)
+    if not quiet:
+        return out
+    observed = {s.rank for _, s in signals(evidence, "hang.dump_signal_observed")}
+    silent = []
     for rank in quiet:
         busy = _busy_frame_of(view, rank)
         if busy is not None:
@@ -210,6 +211,27 @@ def _quiet(evidence: EvidenceSet, view: HangLog, dead: set[int]) -> list[_Case]:
     if silent:
         out.append(_silent(view, silent, waiting_ids))
     return out
+
+
+def _stopped_silent(view: HangLog, excluded: set[int], waiting_ids: list[str]) -> list[_Case]:
+    """Ranks whose only line is the launcher's report that its teardown stopped them
+    (SIGTERM after another rank failed), while every rank that logged timed out in one
+    collective: a rank in that collective would have timed out too, unless the teardown
+    came first. Few such ranks beside more (or one) that timed out read as the culprit."""
+    ranks = sorted(view.stopped - set(view.waiting) - view.present - excluded)
+    if not ranks or not view.one_wait():
+        return []
+    few = len(ranks) < len(view.waiting) or len(ranks) == 1
+    who = rank_label(ranks)
+    why = (
+        f"{_waiting_text(view).capitalize()} timed out in one collective; {who} logged nothing"
+        " and appears only in the launcher's report, stopped by its teardown (SIGTERM): a rank"
+        " in that collective would have timed out too, so "
+        f"{who} was elsewhere (or the teardown stopped {'it' if len(ranks) == 1 else 'them'}"
+        " before its own timeout fired)."
+    )
+    ids = [item.id for item, s in view.launcher if s.rank in ranks]
+    return [_Case(ranks, 0.55 if few else 0.4, why, ids[:4] + waiting_ids)]
 
 
 def _silent(view: HangLog, ranks: list[int], waiting_ids: list[str]) -> _Case:
