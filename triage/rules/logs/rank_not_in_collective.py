@@ -176,7 +176,11 @@ def _quiet(evidence: EvidenceSet, view: HangLog, dead: set[int]) -> list[_Case]:
     if not view.waiting:
         return []
     # A rank in another collective call than the others' was in a collective all the same.
-    traced = {s.rank for g in view.traced.groups for s in g.states} if view.traced else set()
+    traced = (
+        {s.rank for g in view.traced.groups for s in g.states if s.rank is not None}
+        if view.traced
+        else set()
+    )
     quiet = sorted(view.present - set(view.waiting) - dead - set(view.barrier_missing) - traced)
     waiting_ids = [i for r in sorted(view.waiting) for i in view.waiting[r][:1]]
     out = _stopped_silent(view, dead | set(view.barrier_missing) | traced, waiting_ids)
