@@ -39,8 +39,11 @@ def rank_not_in_collective(evidence: EvidenceSet) -> Iterator[Finding]:
     (`Ranks 1, 3 failed to pass monitoredBarrier`), its stack dump is outside any
     collective, its NCCL work counters stop one collective short with nothing in flight,
     or it logs but reports no timeout of its own (often only a closed connection later,
-    when its peers were gone). A lone stack dump in checkpoint, save or evaluation code is
-    a weaker hint of the classic rank-0-only call.
+    when its peers were gone), or its only line is the launcher's report that its teardown
+    stopped it (SIGTERM) while the others timed out in one collective. Stacks inside
+    transformers'/accelerate's main_process_first barrier (the main process runs the block
+    alone) with their timeout, weaker cut short. A lone stack dump in checkpoint, save or
+    evaluation code is a weaker hint of the classic rank-0-only call.
 
     Why it happens:
     Rank-dependent work before a collective: evaluation, logging or checkpointing on rank
@@ -58,7 +61,8 @@ def rank_not_in_collective(evidence: EvidenceSet) -> Iterator[Finding]:
 
     Known false positives:
     A rank whose log was cut early looks like one that reported nothing; a merely slow
-    rank looks the same in one snapshot. A lone dump in checkpoint code may be a rank
+    rank looks the same in one snapshot; a rank the launcher's teardown stopped a moment
+    before its own timeout fired looks like one that never entered. A lone dump in checkpoint code may be a rank
     that waits in a collective the others skipped (hang.mismatched_collective).
 
     References:
