@@ -520,3 +520,43 @@ def test_an_oom_inside_empty_cache_is_a_context_made_on_gpu_0(tmp_path: Path) ->
     verdict = top(run_oom(tmp_path, {"worker.log": EMPTY_CACHE_OOM}))
     assert (verdict.cause_id, verdict.confidence) == ("oom.same_device", 0.55)
     assert "empty_cache" in verdict.summary and "set_device" in verdict.fix
+
+
+TEARDOWN = """\
+[2024-01-04 20:52:31,132] [INFO] [RANK 0]  > number of parameters on model parallel rank 0: 4520036800
+[2024-01-04 20:53:00,233] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 136077
+[2024-01-04 20:53:01,364] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 136078
+"""
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        TEARDOWN,
+        "W1126 16:48:06.869000 29210 torch/distributed/elastic/multiprocessing/api.py:1028]"
+        " Sending process 29293 closing signal SIGTERM\n",
+    ],
+    ids=["deepspeed", "torchrun"],
+)
+def test_a_teardown_with_no_traceback_is_a_worker_killed_silently(
+    tmp_path: Path, text: str
+) -> None:
+    verdict = top(run_oom(tmp_path, {"launcher.log": text}))
+    assert (verdict.cause_id, verdict.confidence) == ("oom.host", 0.3)
+    assert "no process printed a traceback" in verdict.summary
+
+
+def test_a_teardown_after_a_traceback_is_no_silent_kill(tmp_path: Path) -> None:
+    text = 'Traceback (most recent call last):\n  File "t.py", line 3, in <module>\n' + (
+        "KeyError: 'labels'\n" + TEARDOWN
+    )
+    assert "oom.host" not in causes(run_oom(tmp_path, {"launcher.log": text}))
+
+
+def test_a_teardown_after_a_watchdog_timeout_is_no_silent_kill(tmp_path: Path) -> None:
+    timeout = (
+        "[rank1]:[E1126 16:48:06.1 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective"
+        " operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=2, NumelOut=2,"
+        " Timeout(ms)=600000) ran for 600007 milliseconds before timing out.\n"
+    )
+    assert "oom.host" not in causes(run_oom(tmp_path, {"launcher.log": timeout + TEARDOWN}))

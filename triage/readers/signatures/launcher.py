@@ -75,3 +75,15 @@ signature(
     anchors="terminated with signal",
     summary="torch.multiprocessing.spawn: a worker process was killed by a signal",
 )
+
+# The launcher stopping the remaining workers after one of them exited: torchrun's agent
+# (`Sending process N closing signal SIGTERM`) and DeepSpeed's launcher (`Killing
+# subprocess N`). A teardown with no rank's traceback in the text is a worker that died
+# without one: a signal (the kernel's OOM killer) or a native crash.
+signature(
+    "elastic.teardown",
+    r"Sending process (?P<pid>\d+) closing signal (?P<signal>SIG[A-Z]+)"
+    r"|sigkill_handler\] Killing subprocess (?P<subprocess>\d+)",
+    anchors=("closing signal SIG", "Killing subprocess"),
+    summary="the launcher stops the remaining workers after one exited",
+)

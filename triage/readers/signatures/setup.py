@@ -197,14 +197,18 @@ signature(
     summary="DataParallel was given a module that is not on device_ids[0]",
 )
 
-# accelerate refuses to prepare a quantized (bitsandbytes) model whose device_map put it on
-# another GPU than the process's own: `device_map="auto"` in every rank spreads or stacks it
+# A model's device_map that one process per GPU cannot take: accelerate refuses a quantized
+# (bitsandbytes) model loaded on another GPU than the process's own (`device_map="auto"` in
+# every rank spreads or stacks it), transformers refuses any device_map under ZeRO-3 (which
+# partitions the model itself)
 signature(
-    "setup.quantized_other_device",
+    "setup.device_map_refused",
     r"You can't train a model that has been loaded (?:in [\w -]+ precision )?on a different"
-    r" device than the one you're training on",
-    anchors="You can't train a model that has been loaded",
-    summary="a quantized model was loaded on another GPU than the one this process trains on",
+    r" device than the one you're training on"
+    r"|DeepSpeed Zero-3 is not compatible with `low_cpu_mem_usage=True` or with passing a"
+    r" `device_map`",
+    anchors=("You can't train a model that has been loaded", "DeepSpeed Zero-3 is not compatible"),
+    summary="a model's device_map conflicts with one process per GPU (quantized on another GPU, ZeRO-3)",
 )
 
 # --- config.world_size_mismatch ----------------------------------------------------------

@@ -54,9 +54,9 @@ def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
     (device_ids[0]) but found one of them on device: cpu` (0.75: the model was wrapped
     before `.to(device)`); Megatron's `expected local-rank to be the same as rank %
     device-count` (0.7: nodes with unequal GPU counts, or a launcher numbering local ranks
-    another way); accelerate's `You can't train a model that has been loaded in 8-bit
-    precision on a different device than the one you're training on` (0.8: a quantized
-    model's device_map put it on another GPU than the process's).
+    another way); a model's device_map refused (0.8): accelerate's `You can't train a model that
+    has been loaded in 8-bit precision on a different device than the one you're training
+    on`, transformers' `DeepSpeed Zero-3 is not compatible with ... passing a device_map`.
 
     Why it happens:
     The script never calls torch.cuda.set_device, hard-codes cuda:0, indexes devices with
@@ -147,18 +147,19 @@ def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
                 _FIX_MIXED,
             )
         )
-    quantized = signals(evidence, "setup.quantized_other_device")
-    if quantized:
+    mapped = signals(evidence, "setup.device_map_refused")
+    if mapped:
         found.append(
             (
                 0.8,
-                "a quantized model was loaded on another GPU than its process trains on",
-                quantized,
-                ranks_of(s for _, s in quantized),
-                "Load the model onto the process's own GPU: `device_map={'':"
-                " torch.cuda.current_device()}` (or {'': local_rank}, after"
-                " torch.cuda.set_device(local_rank)) instead of device_map='auto', which"
-                " spreads or stacks every rank's copy over the GPUs it sees.",
+                "the model was loaded with a device_map that one process per GPU cannot take",
+                mapped,
+                ranks_of(s for _, s in mapped),
+                "Let each process load the whole model on its own GPU: no device_map='auto'"
+                " (it spreads or stacks every rank's copy over all the GPUs it sees); under"
+                " ZeRO-3 no device_map and no low_cpu_mem_usage (ZeRO-3 partitions the model"
+                " itself); a quantized model with device_map={'': torch.cuda.current_device()}"
+                " after torch.cuda.set_device(local_rank).",
             )
         )
     modulo = signals(evidence, "setup.local_rank_device_count")

@@ -21,6 +21,7 @@ from triage.models import Evidence
 from triage.observations import LogSignal, MemoryDump, MemoryGrowth, TracebackRecord
 from triage.readers.signatures.memory import CUDA_OOM_SIGNALS, HOST_OOM_SIGNALS
 from triage.registry import EvidenceSet
+from triage.rules.logs._comm_view import FACTS
 from triage.rules.logs._signals import signals, tracebacks
 from triage.rules.memory._memory_usage import UsageSeries, usage_series
 from triage.rules.memory._oom_events import HostEvent, Judged, OomEvent, OomNumbers, int_field
@@ -286,7 +287,22 @@ def _host_events(evidence: EvidenceSet) -> list[HostEvent]:
     ):
         if _killed(sig):
             out.append(HostEvent(sig.signature, sig.rank, 0.6, sig.text, ev.id))
+    teardown = signals(evidence, "elastic.teardown")
+    if teardown and not out and not tracebacks(evidence) and not _failure_lines(evidence):
+        # the launcher stopped its workers and no process printed why: one died without a
+        # traceback, as a SIGKILL leaves it (the OOM killer's), or in native code
+        ev, sig = teardown[0]
+        out.append(HostEvent(sig.signature, None, 0.3, sig.text, ev.id))
     return out
+
+
+def _failure_lines(evidence: EvidenceSet) -> bool:
+    """Lines that report a failure of their own (a timeout, an NCCL error, an error-level
+    line): the launcher's reports and facts (NCCL's set-up, nvidia-smi rows) aside."""
+    return any(
+        s.signature not in FACTS and not s.signature.startswith("elastic.")
+        for _, s in signals(evidence)
+    )
 
 
 def _killed(sig: LogSignal) -> bool:

@@ -32,7 +32,7 @@ _KILLS = frozenset(
         "spawn.process_signal",
     }
 )
-_WEAK = _KILLS | {"memory.dataloader_exited"}
+_WEAK = _KILLS | {"memory.dataloader_exited", "elastic.teardown"}
 
 
 @rule("memory.host", "oom.host")
@@ -44,7 +44,9 @@ def host(evidence: EvidenceSet) -> Iterator[Finding]:
     a container OOMKilled or exit code 137, a DataLoader worker killed by signal Killed,
     a worker SIGKILLed (-9, from torchelastic's report, DeepSpeed's `exits with return code
     = -9` or subprocess's `died with <Signals.SIGKILL: 9>`), `std::bad_alloc`, Python MemoryError,
-    torch's DefaultCPUAllocator failing, or ENOMEM (`Cannot allocate memory`).
+    torch's DefaultCPUAllocator failing, or ENOMEM (`Cannot allocate memory`); weaker (0.3),
+    the launcher stopping its workers (`Killing subprocess N`, `closing signal SIGTERM`)
+    while no process printed a traceback or an error.
 
     Why it happens:
     Every rank and every DataLoader worker holds its own copy of the dataset, the checkpoint
@@ -64,7 +66,8 @@ def host(evidence: EvidenceSet) -> Iterator[Finding]:
     Known false positives:
     SIGKILL also comes from schedulers (time limit, preemption) and from torchelastic
     stopping the remaining workers after another rank failed; those are weaker signs and
-    weaker still when a GPU OOM is in the logs.
+    weaker still when a GPU OOM is in the logs. A worker that crashed in native code (a
+    segfault the text does not show) also dies without a traceback.
 
     References:
     https://pytorch.org/docs/stable/data.html#multi-process-data-loading;
@@ -88,7 +91,13 @@ def host(evidence: EvidenceSet) -> Iterator[Finding]:
     culprits = [e for s, e in scored if s >= confidence - 0.15]
     ranks = sorted({e.rank for e in culprits if e.rank is not None})
     who = rank_label(ranks) if ranks else "a process of the job"
-    if top.signature in _KILLS:
+    if top.signature == "elastic.teardown":
+        what = (
+            f"The launcher stopped the job's workers (`{top.text.strip()[:120]}`) and no process"
+            " printed a traceback or an error: the one that exited first died without one, as"
+            " the kernel's OOM killer (SIGKILL) leaves a process, or crashed in native code."
+        )
+    elif top.signature in _KILLS:
         what = f"{who.capitalize()} {agree(len(ranks) or 1, 'were')} killed by SIGKILL, the OOM killer's signal: {top.text[:200]}"
     else:
         what = f"{who.capitalize()} ran out of host memory: {top.text[:240]}"
