@@ -24,6 +24,9 @@ CRASHES = {
     " signal 11 (Segmentation fault).",
     "torchrun": "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -11)"
     " local_rank: 0 (pid: 2412) of binary: /usr/bin/python3",
+    "heap": "free(): corrupted unsorted chunks",
+    "double-free": "double free or corruption (!prev)",
+    "openmpi": "[rack1-93-slot7:186363] Signal: Aborted (6)",
 }
 
 

@@ -32,7 +32,12 @@ signature(
     r"Unexpected (?:segmentation fault|floating-point exception) encountered in worker|"
     r"Floating point exception|Fatal Python error: [A-Z][\w ]*|"
     r"terminate called after throwing an instance of '?[\w:]*'?|"
-    r"caught (?:SIGSEGV|SIGBUS|SIGILL|SIGFPE)|received signal (?:SIGSEGV|SIGBUS|SIGILL|SIGFPE))",
+    r"caught (?:SIGSEGV|SIGBUS|SIGILL|SIGFPE)|received signal (?:SIGSEGV|SIGBUS|SIGILL|SIGFPE)|"
+    # glibc's heap checks abort the process (heap corruption in native code)
+    r"(?:free|malloc|realloc|munmap_chunk)\(\): (?:corrupted|invalid)[\w .-]*|"
+    r"double free or corruption[\w ()!-]*|corrupted size vs\. prev_size|"
+    # Open MPI's handler when a rank dies on a signal: `[host:pid] Signal: Aborted (6)`
+    r"\] Signal: (?:Segmentation fault|Aborted|Bus error|Illegal instruction) \(\d+\))",
     anchors=(
         "Segmentation fault",
         "segmentation fault encountered in worker",
@@ -45,8 +50,13 @@ signature(
         "terminate called after throwing",
         "caught SIG",
         "received signal SIG",
+        "(): corrupted",
+        "(): invalid",
+        "double free or corruption",
+        "corrupted size vs. prev_size",
+        "] Signal: ",
     ),
-    summary="a process crashed (a segfault, an abort, an uncaught C++ exception)",
+    summary="a process crashed (a segfault, an abort, an uncaught C++ exception, heap corruption)",
     extract=_fields,
 )
 
