@@ -50,3 +50,21 @@ def test_a_log_that_goes_on_or_ends_in_a_collective_is_no_p2p_wait(tmp_path: Pat
     for name, text in {"a": going_on, "b": collective}.items():
         (tmp_path / name).mkdir()
         assert _p2p_rules(tmp_path / name, {"rank0.log": text}) == [], name
+
+
+CLOSED = Path(__file__).parent / "fixtures" / "recv_first_closed"
+
+
+def test_a_rank_that_lost_its_peer_while_it_waited_in_the_same_receive_counts(
+    tmp_path: Path,
+) -> None:
+    """Two ranks that both receive first (the fault matrix's recv_first job, checkout path
+    replaced): rank 0 timed out in `dist.recv`; rank 1, in the same `dist.recv`, ended with
+    gloo's `Connection closed by peer` instead (its last line stands for its timeout, as the
+    matrix saw it under load, when rank 0 timed out and exited first). Both wait in a
+    receive: the deadlock, not a rank that was elsewhere."""
+    files = {p.name: p.read_text() for p in CLOSED.glob("rank*.log")}
+    assert "Connection closed by peer" in files["rank1.log"]
+    top = analyze_files(tmp_path, files).hypotheses[0]
+    assert (top.cause_id, top.ranks) == ("hang.p2p_deadlock", [0, 1])
+    assert "lost a peer that had" in top.summary

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from triage.models import Finding
 from triage.observations import LogFile, LogSignal
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._comm_view import TIMEOUT_TEXT
+from triage.rules.logs._comm_view import PEER_TEXT, TIMEOUT_TEXT
 from triage.rules.logs._hang_lines import hang_log
 from triage.rules.logs._signals import Signal, signals, tracebacks
 from triage.text import rank_label, rank_subject
@@ -26,8 +26,10 @@ def p2p_deadlock(evidence: EvidenceSet) -> Iterator[Finding]:
     What it detects:
     Timeouts of every waiting rank in a point-to-point op, all receives or all sends: gloo's
     `Timed out waiting Nms for recv operation` in a traceback through `dist.recv` (or
-    irecv, send, isend), the watchdog's `WorkNCCL(... OpType=RECV ...)`, with no rank
-    waiting in a collective (0.6, at the user's p2p line). Else:
+    irecv, send, isend; a rank whose call there ended in a closed connection instead,
+    its peer having timed out and left first, counts too), the watchdog's
+    `WorkNCCL(... OpType=RECV ...)`, with no rank waiting in a collective (0.6, at the
+    user's p2p line). Else:
     NCCL's per-op INFO lines (`NCCL INFO Send: opCount 4 ... root 1 comm ...`), as
     NCCL_DEBUG=INFO with the COLL subsystem writes them: the last op each writer (a
     rank's log, a `host:pid` prefix, a device) enqueued is a point-to-point Send or Recv,
@@ -102,12 +104,17 @@ def _p2p_timeouts(evidence: EvidenceSet) -> Finding | None:
     a peer that waits the same way (a ring where all receive first)."""
     view = hang_log(evidence)
     ops: dict[int, tuple[str, str]] = {}
+    closed: dict[int, tuple[str, str]] = {}
     for item, record in tracebacks(evidence, dumps=False):
-        if record.rank is None or not TIMEOUT_TEXT.search(f"{record.exception}: {record.message}"):
+        text = f"{record.exception}: {record.message}"
+        into = ops if TIMEOUT_TEXT.search(text) else closed if PEER_TEXT.search(text) else None
+        if record.rank is None or into is None:
             continue
         call = next((f.function for f in record.frames if _C10D.search(f.file)), None)
         if call in _P2P_CALLS:
-            ops[record.rank] = (_P2P_CALLS[call], item.id)
+            into[record.rank] = (_P2P_CALLS[call], item.id)
+    if ops:  # a rank whose peer timed out and left first waited in its own p2p call all the same
+        ops |= {rank: found for rank, found in closed.items() if rank not in ops}
     for item, sig in view.timeouts:
         op = str(sig.fields.get("op", "")).upper()
         if sig.rank is not None and op in ("SEND", "RECV"):
@@ -120,8 +127,9 @@ def _p2p_timeouts(evidence: EvidenceSet) -> Finding | None:
     verb = "receive" if direction == "Recv" else "send"
     return Finding(
         title=f"{rank_subject(ranks, 'wait')} in a point-to-point {verb}, every one",
-        summary=f"{rank_label(ranks).capitalize()} all timed out in a {verb} and no rank waits"
-        f" in a collective: each waits to {verb} {'from' if verb == 'receive' else 'to'} a peer"
+        summary=f"{rank_label(ranks).capitalize()} all waited in a {verb}"
+        + (" (timed out there, or lost a peer that had)" if closed else ", and timed out there")
+        + f"; no rank waits in a collective: each waits to {verb} {'from' if verb == 'receive' else 'to'} a peer"
         f" that is itself waiting to {verb}, so no message can move (a ring where every rank"
         " receives first, or two peers that both send first).",
         ranks=ranks,
