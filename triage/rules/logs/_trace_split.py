@@ -7,10 +7,11 @@ tracebacks end at another call than the majority's are the split the log rules r
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from triage.models import Evidence, Location
-from triage.observations import Frame, RankState
+from triage.observations import Frame, RankState, TracebackRecord
 from triage.readers import signatures
 from triage.readers.source import Block
 from triage.readers.stacks import classify
@@ -67,7 +68,7 @@ def timeout_stacks(evidence: EvidenceSet) -> list[tuple[Evidence, RankState]]:
     timed: dict[int, tuple[Evidence, RankState]] = {}
     closed: dict[int, tuple[Evidence, RankState]] = {}
     for item, record, rank in records:
-        if any(sig.match(record.message) is not None for sig in timeouts):
+        if any(sig.match(record.message) is not None for sig in timeouts) or _store_wait(record):
             into = timed
         elif any(sig.match(record.message) is not None for sig in peers):
             into = closed
@@ -79,6 +80,19 @@ def timeout_stacks(evidence: EvidenceSet) -> list[tuple[Evidence, RankState]]:
     if not timed:
         return []
     return [*timed.values(), *(v for r, v in closed.items() if r not in timed)]
+
+
+def _store_wait(record: TracebackRecord) -> bool:
+    """A store wait that timed out (`DistStoreError: wait timeout after 10000ms, keys: ...`):
+    new_group's and init_process_group's barriers wait on the store for every member."""
+    return bool(
+        record.exception
+        and record.exception.endswith("DistStoreError")
+        and _STORE_TIMEOUT.search(record.message)
+    )
+
+
+_STORE_TIMEOUT = re.compile(r"(?i)\btime(?:d ?out|out)\b")
 
 
 def trace_split(stacks: list[tuple[Evidence, RankState]]) -> TraceSplit | None:

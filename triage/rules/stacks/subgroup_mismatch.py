@@ -10,7 +10,7 @@ from triage.registry import EvidenceSet, rule
 from triage.rules.stacks._hang_view import coverage_factor, hang_view
 from triage.text import capitalized, rank_label
 
-_WORLD_SETUP = {
+WORLD_SETUP = {
     "init_process_group",
     "rendezvous",
     "_create_c10d_store",
@@ -51,7 +51,7 @@ def subgroup_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     setup = [
         g
         for g in view.groups
-        if g.first.activity is RankActivity.group_setup and g.first.op not in _WORLD_SETUP
+        if g.first.activity is RankActivity.group_setup and g.first.op not in WORLD_SETUP
     ]
     others = [g for g in view.groups if g.first.activity is not RankActivity.group_setup]
     if setup and others:
