@@ -246,7 +246,6 @@ SLICE: dict[str, tuple[str, ...]] = {
     "uneven_data/plain/w2/r1": ("live", "fr"),
     "lazy_group/torchrun/w2/r0": ("live",),
     "dies_exception/plain/w2/r1": ("logs",),
-    "async_wait/plain/w2/r1": ("logs",),
 }
 
 
