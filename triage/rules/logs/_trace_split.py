@@ -7,7 +7,6 @@ tracebacks end at another call than the majority's are the split the log rules r
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from triage.models import Evidence, Location
@@ -16,6 +15,7 @@ from triage.readers import signatures
 from triage.readers.source import Block
 from triage.readers.stacks import classify
 from triage.registry import EvidenceSet
+from triage.rules.logs._comm_view import TIMEOUT_TEXT
 from triage.rules.logs._signals import tracebacks
 from triage.rules.stacks._hang_view import (
     StateGroup,
@@ -88,11 +88,8 @@ def _store_wait(record: TracebackRecord) -> bool:
     return bool(
         record.exception
         and record.exception.endswith("DistStoreError")
-        and _STORE_TIMEOUT.search(record.message)
+        and TIMEOUT_TEXT.search(record.message)
     )
-
-
-_STORE_TIMEOUT = re.compile(r"(?i)\btime(?:d ?out|out)\b")
 
 
 def trace_split(stacks: list[tuple[Evidence, RankState]]) -> TraceSplit | None:

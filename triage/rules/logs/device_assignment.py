@@ -35,6 +35,33 @@ _FIX_MIXED = (
     " for checkpoints; a hard-coded cuda:0 or .cuda() before set_device sends it elsewhere."
 )
 
+#: Findings whose wording the signature alone decides: (signature, confidence, what, fix).
+_WORDED = (
+    (
+        "setup.devices_unavailable",
+        0.6,
+        "the GPU refused another process (busy or unavailable)",
+        _FIX_BUSY,
+    ),
+    (
+        "setup.device_map_refused",
+        0.8,
+        "the model was loaded with a device_map that one process per GPU cannot take",
+        "Let each process load the whole model on its own GPU: no device_map='auto' (it spreads"
+        " or stacks every rank's copy over all the GPUs it sees); under ZeRO-3 no device_map and"
+        " no low_cpu_mem_usage (ZeRO-3 partitions the model itself); a quantized model with"
+        " device_map={'': torch.cuda.current_device()} after torch.cuda.set_device(local_rank).",
+    ),
+    (
+        "setup.local_rank_device_count",
+        0.7,
+        "LOCAL_RANK is not rank % device count, which the code assumes for its GPU",
+        "Give every node the same number of GPUs (processes per node), or launch with a"
+        " launcher whose LOCAL_RANK equals rank % GPUs per node (torchrun numbers ranks node by"
+        " node); a hostfile with unequal slots per node breaks it.",
+    ),
+)
+
 
 @rule("logs.device_assignment", "config.device_assignment")
 def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
@@ -123,18 +150,10 @@ def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
                 _FIX_ORDINAL,
             )
         )
-    busy = signals(evidence, "setup.devices_unavailable")
-    if busy:
-        ranks = ranks_of(s for _, s in busy)
-        found.append(
-            (
-                0.6,
-                "the GPU refused another process (busy or unavailable)",
-                busy,
-                ranks,
-                _FIX_BUSY,
-            )
-        )
+    for name, confidence, what, fix in _WORDED:
+        items = signals(evidence, name)
+        if items:
+            found.append((confidence, what, items, ranks_of(s for _, s in items), fix))
     off_device = signals(evidence, "setup.module_off_device")
     if off_device:
         first = off_device[0][1].fields
@@ -145,34 +164,6 @@ def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
                 off_device,
                 ranks_of(s for _, s in off_device),
                 _FIX_MIXED,
-            )
-        )
-    mapped = signals(evidence, "setup.device_map_refused")
-    if mapped:
-        found.append(
-            (
-                0.8,
-                "the model was loaded with a device_map that one process per GPU cannot take",
-                mapped,
-                ranks_of(s for _, s in mapped),
-                "Let each process load the whole model on its own GPU: no device_map='auto'"
-                " (it spreads or stacks every rank's copy over all the GPUs it sees); under"
-                " ZeRO-3 no device_map and no low_cpu_mem_usage (ZeRO-3 partitions the model"
-                " itself); a quantized model with device_map={'': torch.cuda.current_device()}"
-                " after torch.cuda.set_device(local_rank).",
-            )
-        )
-    modulo = signals(evidence, "setup.local_rank_device_count")
-    if modulo:
-        found.append(
-            (
-                0.7,
-                "LOCAL_RANK is not rank % device count, which the code assumes for its GPU",
-                modulo,
-                ranks_of(s for _, s in modulo),
-                "Give every node the same number of GPUs (processes per node), or launch with"
-                " a launcher whose LOCAL_RANK equals rank % GPUs per node (torchrun numbers"
-                " ranks node by node); a hostfile with unequal slots per node breaks it.",
             )
         )
     mixed = signals(evidence, "setup.two_gpus_in_one_op")

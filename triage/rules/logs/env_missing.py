@@ -82,6 +82,7 @@ def env_missing(evidence: EvidenceSet) -> Iterator[Finding]:
         }
     )
     ranks = ranks_of(s for _, s in items)
+    fix = _FIX
     if explicit:
         what = f"{', '.join(names)} not set when the job started"
         confidence = (
@@ -92,7 +93,7 @@ def env_missing(evidence: EvidenceSet) -> Iterator[Finding]:
         confidence = 0.6
     elif empty:
         what = "MASTER_ADDR is empty in the launch: the ranks have no rendezvous address"
-        confidence = 0.7
+        confidence, fix = 0.7, _EMPTY_FIX
     else:
         what = "the script ran without a distributed launcher"
         confidence = (
@@ -105,7 +106,7 @@ def env_missing(evidence: EvidenceSet) -> Iterator[Finding]:
         location=comm_view(evidence).location(ranks, _ERROR_TEXT),
         confidence=confidence,
         evidence=ids(items)[:12],
-        fix=_EMPTY_FIX if empty and items is empty else _FIX,
+        fix=fix,
         confirm="`cat /proc/PID/environ | tr '\\0' '\\n' | grep -E 'RANK|WORLD|MASTER'` on a rank "
         "lacks the variable (or the job was started with plain python)",
     )

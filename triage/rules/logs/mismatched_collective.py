@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 from triage.models import Evidence, Finding, Location
-from triage.observations import Frame, LogSignal, RankActivity, TracebackRecord
+from triage.observations import Frame, LogSignal, TracebackRecord
 from triage.readers.source import Block
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._hang_lines import (
@@ -18,7 +18,6 @@ from triage.rules.logs._hang_lines import (
 from triage.rules.logs._signals import ids, signals, stacks_in_collectives
 from triage.rules.logs._trace_split import TraceSplit, skipped_call
 from triage.rules.stacks._hang_view import SKIP_STORY, StateGroup, skip_fix
-from triage.rules.stacks.subgroup_mismatch import WORLD_SETUP
 from triage.text import format_ranks, rank_label
 
 # How much a disagreement in each source says: DETAIL fingerprints are checked by torch
@@ -70,7 +69,7 @@ def mismatched_collective(evidence: EvidenceSet) -> Iterator[Finding]:
         yield _finding(best, view.location(best.ranks), _confidence(best))
         return
     traced = view.traced
-    if traced is not None and _creating_group(traced):
+    if traced is not None and any(g.creates_group for g in traced.groups):
         return  # ranks in a group's creation wait for its members: logs.subgroup_mismatch
     if traced is not None and traced.past_loop is None:
         yield _from_tracebacks(traced)
@@ -82,14 +81,6 @@ def mismatched_collective(evidence: EvidenceSet) -> Iterator[Finding]:
     yield from _from_reports(evidence)
     yield from _horovod(evidence)
     yield from _stacks_apart(evidence)
-
-
-def _creating_group(traced: TraceSplit) -> bool:
-    """Some side stands in a group's creation (new_group, a mesh), not the world's."""
-    return any(
-        g.first.activity is RankActivity.group_setup and g.first.op not in WORLD_SETUP
-        for g in traced.groups
-    )
 
 
 def _stacks_apart(evidence: EvidenceSet) -> Iterator[Finding]:

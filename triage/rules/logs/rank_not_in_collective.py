@@ -10,6 +10,7 @@ from triage.models import Evidence, Finding, Location
 from triage.observations import Frame, RankActivity, TracebackRecord
 from triage.readers.stacks import is_user_code
 from triage.registry import EvidenceSet, rule
+from triage.rules.logs._comm_view import TIMEOUT_TEXT
 from triage.rules.logs._hang_lines import HangLog, hang_log, short_path
 from triage.rules.logs._signals import collective_of, ranks_of, signals, tracebacks
 from triage.text import rank_label, rank_subject
@@ -306,12 +307,9 @@ def _raised_other_than_timeout(evidence: EvidenceSet) -> bool:
     """A traceback ends in an exception that is no timeout: an error of its own (an NCCL
     system error in that barrier is a transport's failure, not a wait)."""
     return any(
-        record.exception and not _TIMEOUT.search(f"{record.exception}: {record.message}")
+        record.exception and not TIMEOUT_TEXT.search(f"{record.exception}: {record.message}")
         for _, record in tracebacks(evidence, dumps=False)
     )
-
-
-_TIMEOUT = re.compile(r"(?i)time[ds]? ?out|timeout|Socket Timeout")
 
 
 def _busy_frame_of(view: HangLog, rank: int) -> tuple[Frame, str] | None:

@@ -9,7 +9,6 @@ from triage.models import Finding
 from triage.observations import RankActivity
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._hang_lines import hang_log
-from triage.rules.stacks.subgroup_mismatch import WORLD_SETUP
 from triage.text import capitalized, rank_label
 
 
@@ -46,11 +45,7 @@ def subgroup_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     traced = hang_log(evidence).traced
     if traced is None:
         return
-    setup = [
-        g
-        for g in traced.groups
-        if g.first.activity is RankActivity.group_setup and g.first.op not in WORLD_SETUP
-    ]
+    setup = [g for g in traced.groups if g.creates_group]
     others = [g for g in traced.groups if g.first.activity is not RankActivity.group_setup]
     if not setup or not others:
         return

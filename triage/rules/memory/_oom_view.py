@@ -21,7 +21,7 @@ from triage.models import Evidence
 from triage.observations import LogSignal, MemoryDump, MemoryGrowth, TracebackRecord
 from triage.readers.signatures.memory import CUDA_OOM_SIGNALS, HOST_OOM_SIGNALS
 from triage.registry import EvidenceSet
-from triage.rules.logs._comm_view import FACTS
+from triage.rules.logs._comm_view import comm_view
 from triage.rules.logs._signals import signals, tracebacks
 from triage.rules.memory._memory_usage import UsageSeries, usage_series
 from triage.rules.memory._oom_events import HostEvent, Judged, OomEvent, OomNumbers, int_field
@@ -300,8 +300,7 @@ def _failure_lines(evidence: EvidenceSet) -> bool:
     """Lines that report a failure of their own (a timeout, an NCCL error, an error-level
     line): the launcher's reports and facts (NCCL's set-up, nvidia-smi rows) aside."""
     return any(
-        s.signature not in FACTS and not s.signature.startswith("elastic.")
-        for _, s in signals(evidence)
+        not s.signature.startswith("elastic.") for _, s in comm_view(evidence).failure_signals()
     )
 
 

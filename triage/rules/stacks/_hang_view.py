@@ -22,6 +22,11 @@ from triage.readers.source import (
 from triage.registry import EvidenceSet
 from triage.text import agree, rank_label
 
+#: The world's own set-up: ranks waiting there wait for the world, not for a group's members.
+_WORLD_SETUP = frozenset(
+    {"init_process_group", "rendezvous", "_create_c10d_store", "_get_or_create_default_group"}
+)
+
 
 @dataclass
 class StateGroup:
@@ -51,6 +56,11 @@ class StateGroup:
     @property
     def waits(self) -> bool:
         return self.first.activity.waits_on_peers
+
+    @property
+    def creates_group(self) -> bool:
+        """In a group's creation (new_group, a mesh), not the world's own set-up."""
+        return self.first.activity is RankActivity.group_setup and self.first.op not in _WORLD_SETUP
 
     @property
     def location(self) -> Location | None:

@@ -10,13 +10,6 @@ from triage.registry import EvidenceSet, rule
 from triage.rules.stacks._hang_view import coverage_factor, hang_view
 from triage.text import capitalized, rank_label
 
-WORLD_SETUP = {
-    "init_process_group",
-    "rendezvous",
-    "_create_c10d_store",
-    "_get_or_create_default_group",
-}
-
 
 @rule("stacks.subgroup_mismatch", "hang.subgroup_mismatch")
 def subgroup_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
@@ -48,11 +41,7 @@ def subgroup_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     torch.distributed.new_group documentation.
     """
     view = hang_view(evidence)
-    setup = [
-        g
-        for g in view.groups
-        if g.first.activity is RankActivity.group_setup and g.first.op not in WORLD_SETUP
-    ]
+    setup = [g for g in view.groups if g.creates_group]
     others = [g for g in view.groups if g.first.activity is not RankActivity.group_setup]
     if setup and others:
         waiting = setup[0]
