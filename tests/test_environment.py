@@ -160,6 +160,31 @@ def test_limits_come_from_the_rank_not_from_triage(spawn: Spawn) -> None:
         assert rank.memlock_bytes == int(value)
 
 
+def test_ranks_of_one_launch_read_their_libraries_once(
+    spawn: Spawn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers of one launcher with the same library variables load the same torch and
+    libnccl: one rank's maps are read for them all; a rank with its own LD_LIBRARY_PATH
+    is read on its own."""
+    from triage.readers import host_facts
+
+    maps_read: list[str] = []
+    read = host_facts._read
+
+    def counting(path: str, parse: Callable[[str], object], default: object) -> object:
+        if path.endswith("/maps"):
+            maps_read.append(path)
+        return read(path, parse, default)
+
+    monkeypatch.setattr(host_facts, "_read", counting)
+    same = [spawn(rank_env(rank)) for rank in (0, 1)]
+    other = spawn(rank_env(2) | {"LD_LIBRARY_PATH": "/opt/elsewhere/lib"})
+    run = REGISTRY.run("check_environment", {"pids": [p.pid for p in [*same, other]]})
+    ranks = [e for e in run.evidence if e.kind == "environment" and e.rank is not None]
+    assert sorted(e.rank for e in ranks if e.rank is not None) == [0, 1, 2]
+    assert sorted(maps_read) == sorted(f"/proc/{p.pid}/maps" for p in (same[0], other))
+
+
 def test_reachable_master_and_unresolvable_name(spawn: Spawn) -> None:
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))

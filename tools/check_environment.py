@@ -21,7 +21,7 @@ import psutil
 from triage.models import Evidence, Gap
 from triage.observations import EnvironmentFacts
 from triage.readers.environment import differing, select_interfaces, spread
-from triage.readers.host_facts import read_host, read_rank
+from triage.readers.host_facts import VersionsSeen, read_host, read_rank
 from triage.registry import ToolError, ToolOutput, tool
 from triage.text import plural
 
@@ -39,9 +39,10 @@ def check_environment(pids: list[int] | None = None) -> ToolOutput:
     host = socket.gethostname()
     ranks: list[EnvironmentFacts] = []
     gaps: list[Gap] = []
+    versions_seen: VersionsSeen = {}
     for pid in dict.fromkeys(pids or []):
         try:
-            ranks.append(read_rank(pid, host))
+            ranks.append(read_rank(pid, host, versions_seen))
         except psutil.NoSuchProcess:
             gaps.append(
                 Gap(

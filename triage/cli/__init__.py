@@ -10,6 +10,7 @@ import io
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -24,16 +25,18 @@ from triage.cli.running import chat, demo, mcp_command, run
 from triage.collection.command import collect
 from triage.errors import TriageError
 
-app = typer.Typer(
-    cls=TidyGroup,
-    name="triage",
-    help="Root-cause triage for hung, failing or diverging distributed PyTorch jobs.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode="markdown",
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+
+def _new_app() -> typer.Typer:
+    return typer.Typer(
+        cls=TidyGroup,
+        name="triage",
+        help="Root-cause triage for hung, failing or diverging distributed PyTorch jobs.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        rich_markup_mode="markdown",
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
 
 
 def _version(asked: bool) -> None:
@@ -42,7 +45,6 @@ def _version(asked: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def main_options(
     ctx: typer.Context,
     plugins: Annotated[
@@ -65,26 +67,46 @@ def main_options(
     ctx.obj = PLUGIN_DIRS  # for commands defined outside this package (`collect`)
 
 
-app.command()(hang)
-app.command()(collect)
-app.command()(analyze)
-app.command("comm-error")(
-    symptom_command("comm-error", "NCCL/gloo errors, rendezvous failures, broken peers.")
-)
-app.command("oom")(
-    symptom_command("oom", "CUDA and host out-of-memory, from messages and snapshots.")
-)
-app.command("wrong-results")(
-    symptom_command("wrong-results", "diverging replicas, unused parameters, NaNs.")
-)
-app.command()(chat)
-app.command()(demo)
-app.command(context_settings={"allow_interspersed_args": False})(run)
-app.command("mcp")(mcp_command)
-app.add_typer(tools_app, name="tools")
-app.add_typer(playbooks_app, name="playbooks")
-app.add_typer(rules_app, name="rules")
-app.add_typer(skill_app, name="skill")
+def _commands(app: typer.Typer) -> dict[str, Callable[[], object]]:
+    """Each top-level name and how it joins `app`, in the order help lists them."""
+    return {
+        "hang": lambda: app.command()(hang),
+        "collect": lambda: app.command()(collect),
+        "analyze": lambda: app.command()(analyze),
+        "comm-error": lambda: app.command("comm-error")(
+            symptom_command("comm-error", "NCCL/gloo errors, rendezvous failures, broken peers.")
+        ),
+        "oom": lambda: app.command("oom")(
+            symptom_command("oom", "CUDA and host out-of-memory, from messages and snapshots.")
+        ),
+        "wrong-results": lambda: app.command("wrong-results")(
+            symptom_command("wrong-results", "diverging replicas, unused parameters, NaNs.")
+        ),
+        "chat": lambda: app.command()(chat),
+        "demo": lambda: app.command()(demo),
+        "run": lambda: app.command(context_settings={"allow_interspersed_args": False})(run),
+        "mcp": lambda: app.command("mcp")(mcp_command),
+        "tools": lambda: app.add_typer(tools_app, name="tools"),
+        "playbooks": lambda: app.add_typer(playbooks_app, name="playbooks"),
+        "rules": lambda: app.add_typer(rules_app, name="rules"),
+        "skill": lambda: app.add_typer(skill_app, name="skill"),
+    }
+
+
+def build_app(only: str | None = None) -> typer.Typer:
+    """The CLI; with `only`, the group holds that one command. Typer builds every
+    command's options from its signature on each start (~30 ms for all of them, on a
+    command whose dumps race the clock), and a command named first needs no other."""
+    app = _new_app()
+    app.callback()(main_options)
+    commands = _commands(app)
+    for name, register in commands.items():
+        if only is None or name == only:
+            register()
+    return app
+
+
+app = build_app()
 
 
 class Terminated(BaseException):
@@ -110,8 +132,9 @@ def main() -> None:
             stream.reconfigure(errors="backslashreplace")
     for signum in (signal.SIGTERM, signal.SIGHUP):  # `triage run` sets its own: it forwards
         signal.signal(signum, _terminate)
+    named = sys.argv[1] if len(sys.argv) > 1 else None
     try:
-        app(prog_name="triage")
+        build_app(only=named if named in _commands(app) else None)(prog_name="triage")
     except TriageError as exc:
         fail(str(exc))
     except KeyboardInterrupt:

@@ -225,8 +225,33 @@ def _own_network(pid: int) -> list[Interface]:
     ]
 
 
-def read_rank(pid: int, host: str) -> EnvironmentFacts:
-    """One rank's facts; raises psutil errors for the caller to explain."""
+#: torch and NCCL versions already read, by what decides them (see `_same_libraries`).
+VersionsSeen = dict[tuple[object, ...], tuple[str | None, str | None]]
+
+#: The variables that choose which torch and libnccl a Python process loads.
+_LIBRARY_VARIABLES = ("LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPATH", "PYTHONHOME", "NCCL_HOME")
+
+
+def _same_libraries(proc: psutil.Process, env: dict[str, str], root: str) -> tuple[object, ...]:
+    """What makes two ranks load the same torch and libnccl: one launcher, one executable,
+    the same library variables, one file system. A launcher's workers differ only in their
+    rank variables, so a 32-rank node reads one rank's maps, not 32 (/proc/PID/maps of a
+    torch process is thousands of lines: most of this tool's time at 32 ranks)."""
+    try:
+        mounted = os.stat(root)
+        return (
+            proc.ppid(),
+            proc.exe(),
+            (mounted.st_dev, mounted.st_ino),
+            *(env.get(name) for name in _LIBRARY_VARIABLES),
+        )
+    except (OSError, psutil.Error):
+        return (proc.pid,)
+
+
+def read_rank(pid: int, host: str, versions_seen: VersionsSeen | None = None) -> EnvironmentFacts:
+    """One rank's facts; raises psutil errors for the caller to explain. `versions_seen`
+    carries the versions read from earlier ranks of the same launch."""
     proc = psutil.Process(pid)
     env = proc.environ()
     variables, redacted = pick_variables(env)
@@ -234,9 +259,13 @@ def read_rank(pid: int, host: str) -> EnvironmentFacts:
     no_limit: tuple[int | None, bool | None] = (None, None)
     no_versions: tuple[str | None, str | None] = (None, None)
     memlock, unlimited = _read(f"/proc/{pid}/limits", _memlock, no_limit)
-    torch_version, nccl_version = _read(
-        f"/proc/{pid}/maps", lambda text: _versions(text, root), no_versions
-    )
+    seen = versions_seen if versions_seen is not None else {}
+    libraries = _same_libraries(proc, env, root)
+    if libraries not in seen:
+        seen[libraries] = _read(
+            f"/proc/{pid}/maps", lambda text: _versions(text, root), no_versions
+        )
+    torch_version, nccl_version = seen[libraries]
     shm_total, shm_free = _shm(root)
     return EnvironmentFacts(
         scope="rank",
