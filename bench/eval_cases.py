@@ -185,6 +185,10 @@ def category_table(results: list[Result]) -> list[str]:
             f" {_share(sum(r.category_ok for r in rows), n):<15}"
             f" {_share(sum(r.top2_ok for r in rows), n):<15} {sum(r.got is None for r in rows)}"
         )
+    unknown = sum(
+        r.ok and r.got != r.expected and (r.got or "").endswith(".unknown") for r in results
+    )
+    lines.append(f"of the causes right, {unknown} by a category-level .unknown the case accepts")
     return lines
 
 

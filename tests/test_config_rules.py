@@ -649,6 +649,52 @@ def test_rank_and_size_checks(tmp_path: Path, text: str) -> None:
     assert verdict.confidence >= 0.8
 
 
+# vLLM's ModelConfig check, Megatron-style argument checks, ColossalAI's shardformer policy
+VLLM_HEADS = (
+    "ValueError: Total number of attention heads (52) must be divisible by tensor parallel "
+    "size (8)."
+)
+VLLM_LAYERS = (
+    "ValueError: Total number of hidden layers (61) must be divisible by pipeline parallel "
+    "size (4)."
+)
+MEGATRON_HEADS = (
+    "AssertionError: num_attention_heads must be divisible by tensor_model_parallel_size"
+)
+SHARDFORMER_HEADS = (
+    "AssertionError: The number of attention heads must be divisible by tensor parallel size."
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "split"),
+    [
+        (VLLM_HEADS, "tensor parallel size (8) does not divide the number of attention heads (52)"),
+        (VLLM_LAYERS, "pipeline parallel size (4) does not divide the number of hidden layers"),
+        (MEGATRON_HEADS, "tensor_model_parallel_size does not divide the num_attention_heads"),
+        (SHARDFORMER_HEADS, "tensor parallel size does not divide the number of attention heads"),
+    ],
+)
+def test_a_parallel_size_that_does_not_divide_the_model(
+    tmp_path: Path, text: str, split: str
+) -> None:
+    verdict = top(analyze_files(tmp_path, {"serve.log": text}))
+    assert (verdict.cause_id, verdict.confidence) == ("config.world_size_mismatch", 0.8)
+    assert split in verdict.title and "divides the attention" in verdict.fix
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ValueError: batch size must be divisible by the number of GPUs",
+        "AssertionError: Sequence length 4097 must be divisible by tensor parallel size 8",
+        "hidden size 4096, 32 attention heads, tensor parallel size 8",
+    ],
+)
+def test_other_divisibility_is_not_a_model_split(text: str) -> None:
+    assert "setup.parallel_size_splits_model" not in names(text)
+
+
 def test_more_workers_than_world_blames_a_shared_port(tmp_path: Path) -> None:
     verdict = top(analyze_files(tmp_path, {"train.log": BARRIER_EXCESS}))
     assert verdict.cause_id == "config.world_size_mismatch"

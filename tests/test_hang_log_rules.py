@@ -1097,3 +1097,30 @@ def test_many_silent_ranks_beside_one_timeout_read_weaker(tmp_path: Path) -> Non
         if h.cause_id == "hang.rank_not_in_collective"
     ]
     assert found and found[0].confidence == 0.4 and found[0].ranks == [0, 2, 3]
+
+
+def _no_destroy(rank: int) -> str:
+    """torch's warning as a rank's process group is torn down at Python's exit."""
+    return (
+        f"[rank{rank}]:[W205 18:00:34.953145631 ProcessGroupNCCL.cpp:1538] Warning: WARNING:"
+        " destroy_process_group() was not called before program exit, which can leak"
+        " resources. For more info, please see"
+        " https://pytorch.org/docs/stable/distributed.html#shutdown (function operator())\n"
+    )
+
+
+def test_ranks_that_reached_exit_left_the_timed_out_rank_behind(tmp_path: Path) -> None:
+    timeout = (
+        "[rank1]:[E205 18:10:35.383292273 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught"
+        " collective operation timeout: WorkNCCL(SeqNum=4486, OpType=ALLREDUCE, NumelIn=1,"
+        " NumelOut=1, Timeout(ms)=600000) ran for 600088 milliseconds before timing out.\n"
+    )
+    found = diagnose(tmp_path, {"console.log": _no_destroy(0) + _no_destroy(2) + timeout})
+    assert (found[0].cause_id, found[0].ranks) == ("hang.rank_exited", [0, 2])
+    assert "rank 1 waited for them" in found[0].summary
+    assert "destroy_process_group()" in found[0].fix
+
+
+def test_every_rank_reaching_exit_is_no_hang(tmp_path: Path) -> None:
+    found = diagnose(tmp_path, {"console.log": "".join(_no_destroy(r) for r in range(4))})
+    assert all(f.cause_id != "hang.rank_exited" for f in found)

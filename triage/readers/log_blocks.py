@@ -21,6 +21,7 @@ from triage.readers.signatures.blocks import (
     FAILED_COLLECTIVE_START,
     RICH_TRACEBACK_START,
     TRACEBACK_START,
+    TRACEBACK_WORDS,
 )
 from triage.readers.signatures.memory import SUMMARY_TITLE, SummaryTable
 from triage.readers.signatures.metric_table import ANCHORS as TABLE_ANCHORS
@@ -33,6 +34,7 @@ from triage.readers.stacks import is_user_code
 SAME_BLOCK_KEPT = 3
 
 _TB_START = TRACEBACK_START
+_QUALIFIED = r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*"  # torch.distributed.DistBackendError
 _TB_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+?)\s*$')
 _FH_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>.+?)\s*$')
 _FH_START = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):")
@@ -52,9 +54,22 @@ _RICH_FRAME = re.compile(r"^(?P<file>[^\s│]*?):(?P<line>\d+) in (?P<func>\S+)$
 _RICH_PATH = re.compile(r"^[/~][^\s│]*$")
 _RICH_TOKEN = re.compile(r"^[^\s│]+$")
 _FR_FRAME = re.compile(r"^#\d+ (?P<func>\S.*?) from (?P<file>.+):(?P<line>\d+)$")
+#: IPython's traceback (a notebook, `ipython script.py`): `RuntimeError    Traceback (most
+#: recent call last)` above its frames, each followed by numbered source lines with an arrow
+#: at the line that ran; `File PATH:LINE, in FUNC(ARGS)` (IPython 8), `Cell In[N], line L`
+#: for a notebook cell, `PATH in FUNC(ARGS)` with the line on its arrow (IPython 7).
+_IPY_START = re.compile(rf"^(?P<type>{_QUALIFIED})\s{{2,}}{re.escape(TRACEBACK_WORDS)}\s*$")
+_IPY_FRAME = re.compile(r"^File (?P<file>\S+?):(?P<line>\d+)(?:, in (?P<func>[^\s(]+)|\s*$)")
+_IPY_CELL = re.compile(
+    r"^(?:Cell In ?\[(?P<cell>\d*)\], line (?P<line>\d+)|Input In \[(?P<input>\d*)\])"
+)
+_IPY7_FRAME = re.compile(
+    r"^(?P<file>(?:/|~|[A-Za-z]:\\)\S*\.py|<ipython-input-[\w-]+>) in (?P<func>[^\s(]+)"
+)
+_IPY_ARROW = re.compile(r"^-*> ?(?P<line>\d+)\b")
+_IPY_CONTEXT = re.compile(r"^(?:\d+\b|\.\.\.|-+$|$)")
 _REPORT_ENTRY = re.compile(r"^\[\d+\]:\s*$")
 _REPORT_FIELD = re.compile(r"^\s+(?P<key>[a-z_]+)\s*:\s?(?P<value>.*)$")
-_QUALIFIED = r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*"  # torch.distributed.DistBackendError
 _EXC_LINE = re.compile(
     rf"^(?P<type>{_QUALIFIED}(?:Error|Exception|Interrupt|Exit|Warning|Failure))"
     r"(?::\s?(?P<msg>.*))?$"
@@ -68,7 +83,7 @@ _MAY_OPEN = re.compile(
     "|".join(
         re.escape(text)
         for text in (
-            _TB_START,
+            TRACEBACK_WORDS,
             _RICH_START,
             "│",
             "most recent call first",
@@ -76,6 +91,9 @@ _MAY_OPEN = re.compile(
             "Current thread",
             "Process ",
             'File "',
+            "File /",
+            ".py in ",
+            "<ipython-input-",
             "Failures:",
             "Root Cause (first observed failure):",
             _FR_START,
@@ -179,6 +197,19 @@ class BlockParser:
             self._close(key)
             self.open[key] = _Block("tb", number, origin, origin.pid, boxed=True)
             return
+        ipython = _IPY_START.match(stripped)
+        if ipython or (
+            block is None and (_IPY_FRAME.match(stripped) or _IPY7_FRAME.match(stripped))
+        ):
+            # a header opens one; a frame without it, an excerpt pasted from the middle
+            self._close(key)
+            block = self.open[key] = _Block("tb", number, origin, origin.pid, ipython=True)
+            if ipython:
+                return
+        if block is not None and block.ipython:
+            if self._feed_ipython(key, block, stripped):
+                return
+            block = None  # the traceback is over: the line is read as any other
         if block is None and _rich_frame_line(stripped):  # a box pasted without its top
             block = self.open[key] = _Block("tb", number, origin, origin.pid, boxed=True)
         if block is not None and (block.boxed or block.rich_ended):
@@ -279,6 +310,30 @@ class BlockParser:
             block.wrapped_path += inner
         else:
             block.wrapped_path = ""
+        return True
+
+    def _feed_ipython(self, key: tuple[object, ...], block: _Block, stripped: str) -> bool:
+        """One line of an IPython traceback: a frame, its numbered source, or the exception
+        that ends it; False when the line is none of those (the block is closed then)."""
+        frame = _IPY_FRAME.match(stripped) or _IPY7_FRAME.match(stripped)
+        cell = _IPY_CELL.match(stripped)
+        arrow = _IPY_ARROW.match(stripped)
+        if frame:
+            line = int(frame["line"]) if "line" in frame.groupdict() else 0
+            function = frame["func"] or "<module>"
+            block.frames.append(Frame(function=function, file=frame["file"], line=line))
+        elif cell:
+            number = cell["cell"] if cell["cell"] is not None else cell["input"]
+            line = int(cell["line"]) if cell["line"] else 0
+            block.frames.append(Frame(function="<cell>", file=f"<cell In[{number}]>", line=line))
+        elif arrow and block.frames and block.frames[-1].line == 0:  # IPython 7: the line
+            block.frames[-1] = block.frames[-1].model_copy(update={"line": int(arrow["line"])})
+        elif not (arrow or _IPY_CONTEXT.match(stripped)):
+            exc = _EXC_LINE.match(stripped)
+            if exc:
+                block.exception, block.message = exc["type"], (exc["msg"] or "").strip()
+            self._close(key)
+            return exc is not None
         return True
 
     def _bare_exception(self, number: int, stripped: str, origin: Origin) -> None:
@@ -450,3 +505,5 @@ class _Block:
     boxed: bool = False
     rich_ended: bool = False
     wrapped_path: str = ""
+    #: IPython's traceback: numbered source lines and blank lines between its frames.
+    ipython: bool = False

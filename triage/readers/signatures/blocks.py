@@ -10,6 +10,9 @@ from __future__ import annotations
 from triage.readers.signatures import block_anchor
 
 TRACEBACK_START = "Traceback (most recent call last):"
+#: Every traceback's header holds these words: IPython's (a notebook's) puts the exception's
+#: type before them and no colon after.
+TRACEBACK_WORDS = "Traceback (most recent call last)"
 #: rich's boxed traceback opens with this inside its top border.
 RICH_TRACEBACK_START = "Traceback (most recent call last) ─"
 FAILED_COLLECTIVE_START = "Stack trace of the failed collective:"
@@ -18,7 +21,7 @@ FAILED_COLLECTIVE_START = "Stack trace of the failed collective:"
 EXCEPTION_ANCHORS = ("Error:", "Exception:")
 
 for _anchor, _after in (
-    (TRACEBACK_START, 400),
+    (TRACEBACK_WORDS, 400),
     (RICH_TRACEBACK_START, 800),
     ("│", 0),  # a rich traceback's box pasted without its top line, and its bottom
     ("╰", 0),
@@ -28,6 +31,9 @@ for _anchor, _after in (
     (' (active+gil): "', 200),
     ("Process ", 1),  # py-spy's `Process PID: cmdline`, confirmed by `Python vX.Y` below it
     ('File "', 1),
+    ("File /", 12),  # IPython's frame, its numbered source lines after it
+    (".py in ", 12),  # IPython 7's frame
+    ("<ipython-input-", 12),
     ("Root Cause (first observed failure):", 12),
     (FAILED_COLLECTIVE_START, 80),
     ("Failures:", 60),

@@ -123,6 +123,13 @@ signature(
 )
 
 signature(
+    "hang.exit_without_destroy",
+    r"destroy_process_group\(\) was not called before program exit",
+    anchors="destroy_process_group() was not called before program exit",
+    summary="this rank's process reached Python's exit with its process group still alive",
+)
+
+signature(
     "hang.watchdog_exception",
     r"Exception raised from (?P<where>checkTimeout|ncclCommWatchdog|watchdogHandler) at "
     r"(?P<file>\S*ProcessGroup\w*\.cpp):(?P<src_line>\d+)",

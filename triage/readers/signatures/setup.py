@@ -264,6 +264,19 @@ signature(
 )
 
 signature(
+    "setup.parallel_size_splits_model",
+    r"(?i)\b(?:total\s+)?(?:the\s+)?(?P<what>(?:number\s+of\s+|num_?)?"
+    r"(?:attention[ _]heads|(?:key[ _]value|kv|query)[ _]heads|heads|hidden[ _]layers|layers"
+    r"|experts|hidden[ _]size|intermediate[ _]size|vocab(?:ulary)?[ _]size)\b"
+    r"(?:\s*\(?\d+\)?)?)[^\n]{0,20}?\s(?:must|should)\s+be\s+(?:evenly\s+)?divisible\s+by\s+"
+    r"(?P<by>(?:the\s+)?(?:(?:tensor|pipeline|expert|context|sequence|model)[ _]"
+    r"(?:model[ _])?parallel(?:[ _](?:size|degree|world[ _]size))?|[tpec]p[ _]?size|mp[ _]?size)"
+    r"\b[^\n]{0,40})",
+    anchors=("divisible by",),
+    summary="the parallel size does not divide a model dimension (attention heads, layers)",
+)
+
+signature(
     "setup.checkpoint_parallel_size",
     r"(?i)\b(?P<dim>(?:tensor|pipeline|data|expert|context|sequence)[ _](?:model[ _])?parallel"
     r"[ _](?:size|degree|world[ _]size))\b[^\n]{0,80}?\bcheckpoint\b[^\n]{0,40}?"

@@ -12,7 +12,7 @@ from triage.rules.logs._signals import ranks_of, tracebacks
 #: nn.DataParallel's own modules: its forward scatters the batch, replicates the module on
 #: every visible GPU and runs the replicas in threads.
 _DATA_PARALLEL = re.compile(
-    r"(^|/)torch/nn/parallel/(?:data_parallel|parallel_apply|replicate|scatter_gather)\.py$"
+    r"(^|/)torch/nn/parallel/(?:data_parallel|parallel_apply|replicate|scatter_gather|comm|_functions)\.py$"
 )
 
 

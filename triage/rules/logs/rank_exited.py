@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._hang_lines import HangLog, hang_log
+from triage.rules.logs._signals import signals
 from triage.text import rank_label
 
 # The NCCL watchdog aborts timed-out ranks with SIGABRT (-6) and the launcher stops the
@@ -22,6 +23,7 @@ class _Death:
     how: str
     confidence: float
     evidence: str
+    finished: bool = False
 
 
 @rule("logs.rank_exited", "hang.rank_exited")
@@ -33,6 +35,9 @@ def rank_exited(evidence: EvidenceSet) -> Iterator[Finding]:
     exitcode: X`, or `failed (exitcode: X) local_rank: M`) or a rank's own traceback ends
     in an error of its own, while other ranks time out or monitoredBarrier waits for it.
     Ranks that timed out themselves are victims, not culprits, whatever their exit code.
+    Weaker (0.55; 0.5 beside a stuck watchdog), ranks whose process reached Python's exit (`destroy_process_group() was
+    not called before program exit`) with no error while others time out or their
+    watchdog gets stuck: they finished and left the others in a collective.
 
     Why it happens:
     The rank crashed (an exception, a segfault), was killed (the host OOM killer's
@@ -58,12 +63,19 @@ def rank_exited(evidence: EvidenceSet) -> Iterator[Finding]:
     # A hung peer keeps its sockets open: only a process that is gone closes them.
     closed = view.lost_peer - set(view.own_errors)
     waiters = set(view.waiting) | closed
-    if not waiters and not view.barrier_missing:
+    stuck = {
+        s.rank for _, s in signals(evidence, "hang.watchdog_stuck") if s.rank is not None
+    } - waiters
+    if not waiters and not view.barrier_missing and not stuck:
         return
     # Without a timeout, a rank that raised or that the launcher names is a crash its peers
     # saw as a closed connection (comm.peer_failure); only a silent rank is read here.
     hung = bool(view.waiting or view.barrier_missing)
-    deaths = (_deaths(view) if hung else []) + _vanished(view, closed)
+    deaths = (
+        (_deaths(view) if hung else [])
+        + _vanished(view, closed)
+        + _finished(evidence, view, waiters | stuck)
+    )
     if not deaths:
         return
     top = max(d.confidence for d in deaths)
@@ -73,10 +85,22 @@ def rank_exited(evidence: EvidenceSet) -> Iterator[Finding]:
     who = rank_label(ranks) if ranks else f"local {rank_label(local)}"
     waiting = sorted(view.waiting)
     lost = sorted(closed - set(view.waiting))
-    then = (
-        f"{rank_label(waiting)} waited for it in a collective and timed out"
-        if waiting
-        else f"{rank_label(lost)} lost the connection to it"
+    them = "it" if len(ranks or local) == 1 else "them"
+    if waiting:
+        then = f"{rank_label(waiting)} waited for {them} in a collective and timed out"
+    elif lost:
+        then = f"{rank_label(lost)} lost the connection to {them}"
+    else:
+        then = f"{rank_label(sorted(stuck))}'s watchdog got stuck on collectives in flight"
+    finished = all(d.finished for d in chosen)
+    fix = (
+        f"{who.capitalize()} finished while other ranks still had collectives in flight:"
+        " find the collective the others wait in that these ranks never reached (an extra"
+        " or skipped call, uneven data at the end), and end every rank together with"
+        " dist.barrier() and dist.destroy_process_group() before exit."
+        if finished
+        else f"Find why {who} died: its own traceback or exit code (-9/SIGKILL is usually the "
+        "host OOM killer: check `dmesg`); the ranks that timed out are victims."
     )
     yield Finding(
         title=f"{who} exited while {'its' if len(ranks or local) == 1 else 'their'} peers waited in "
@@ -88,12 +112,25 @@ def rank_exited(evidence: EvidenceSet) -> Iterator[Finding]:
         confidence=top,
         evidence=[d.evidence for d in chosen][:4]
         + [i for ids in view.waiting.values() for i in ids][:4],
-        fix=(
-            f"Find why {who} died: its own traceback or exit code (-9/SIGKILL is usually the "
-            "host OOM killer: check `dmesg`); the ranks that timed out are victims."
-        ),
+        fix=fix,
         confirm=f"{who}'s log ends in its own error or the launcher reports its exit first",
     )
+
+
+def _finished(evidence: EvidenceSet, view: HangLog, hung: set[int]) -> list[_Death]:
+    """Ranks whose process reached Python's exit (torch's warning that
+    destroy_process_group() was not called, printed as the process group is torn down at
+    exit) with no error of their own, while other ranks still wait: they left the others
+    behind. A rank that raised is read from its traceback instead."""
+    how = (
+        "reached the end of the program and exited (`destroy_process_group() was not called"
+        " before program exit`)"
+    )
+    return [
+        _Death(sig.rank, None, how, 0.55 if view.waiting else 0.5, item.id, finished=True)
+        for item, sig in signals(evidence, "hang.exit_without_destroy")
+        if sig.rank is not None and sig.rank not in hung and sig.rank not in view.own_errors
+    ]
 
 
 def _vanished(view: HangLog, closed: set[int]) -> list[_Death]:

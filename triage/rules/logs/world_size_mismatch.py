@@ -45,6 +45,13 @@ _FIX_SAME_RANKS = (
     " torchrun: --nnodes and --node_rank per node, or a c10d rendezvous endpoint)."
 )
 
+_FIX_SPLIT = (
+    "Pick parallel sizes that divide the model: a tensor-parallel size that divides the"
+    " attention (and key/value) heads, a pipeline size that divides the layers, an expert"
+    " size that divides the experts (52 heads: TP 2 or 4, not 8); run the spare GPUs as"
+    " data-parallel replicas or pipeline stages instead."
+)
+
 _FIX_CHECKPOINT = (
     "Launch with the parallel sizes the checkpoint was saved at (llama: --nproc_per_node equal"
     " to the number of consolidated.*.pth shards), or convert it to the new layout first"
@@ -65,7 +72,9 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     barrier counting more workers than world_size (`world_size=2, worker_count=4`); NCCL's
     bootstrap seeing a different rank count or one rank twice; a checkpoint's
     `tensor_model_parallel_size value from checkpoint (1) is not equal to ... (2)`, llama's
-    `Loading a checkpoint for MP=1 but world size is 4`;
+    `Loading a checkpoint for MP=1 but world size is 4`; a parallel size that does not divide
+    the model (vLLM's `Total number of attention heads (52) must be divisible by tensor
+    parallel size (8)`, `num_attention_heads must be divisible by tensor_model_parallel_size`);
     weaker (0.5), processes that announce the same global rank (Lightning's `Initializing
     distributed: GLOBAL_RANK: 1, MEMBER: 2/8` twice) while fewer distinct ranks than the
     world's size announce themselves.
@@ -95,6 +104,13 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
         items = signals(evidence, name)
         if items:
             found.append((confidence, what, items, _FIX))
+    split = signals(evidence, "setup.parallel_size_splits_model")
+    if split:
+        fields = split[0][1].fields
+        what = (
+            f"the {fields['by'].strip().rstrip('.')} does not divide the {fields['what'].lower()}"
+        )
+        found.append((0.8, what, split, _FIX_SPLIT))
     saved = signals(evidence, "setup.checkpoint_parallel_size", "setup.checkpoint_mp_world")
     if saved:
         fields = saved[0][1].fields
