@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import analyze_files, hypothesis
+from tests.conftest import analyze_files, hypothesis, requires_torch
 from triage.models import Finding, Report
 from triage.readers.signatures import matches
 from triage.rules.logs import config_markers
@@ -471,6 +471,9 @@ def names(line: str) -> dict[str, dict[str, object]]:
         (TORCHVISION_NAN, "nan.loss_value", {"metric": "Loss", "value": "nan"}),
         (OPENNMT_NAN, "nan.loss_value", {"value": "nan"}),
         (MULTINOMIAL, "nan.invalid_probabilities", {}),
+        ("[bf16]  log_probs shape=(1, 127) n_nan=127/127", "nan.count", {"count": 127}),
+        ("grad stats: nan_count: 3 inf_count: 0", "nan.count", {"count": 3}),
+        ("check_tensor(logits) has_nan=True", "nan.count", {}),
     ],
 )
 def test_signature_variants(line: str, signature: str, fields: dict[str, object]) -> None:
@@ -489,6 +492,8 @@ def test_signature_variants(line: str, signature: str, fields: dict[str, object]
         FIND_UNUSED_WARNING,
         "| loss          | 0.185    |",
         "lr=inference",
+        "probe name='inv_freq' dtype=torch.float32 shape=(64,) n_nan=0 first5=[1.0]",
+        "grad stats: nan_count: 0 has_nan=False",
     ],
 )
 def test_healthy_lines_match_no_config_ddp_or_nan_signature(line: str) -> None:
@@ -693,6 +698,78 @@ def test_a_parallel_size_that_does_not_divide_the_model(
 )
 def test_other_divisibility_is_not_a_model_split(text: str) -> None:
     assert "setup.parallel_size_splits_model" not in names(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "confidence", "said"),
+    [
+        (
+            "AssertionError: Check batch related parameters. train_batch_size is not equal to"
+            " micro_batch_per_gpu * gradient_acc_step * world_size 16 != 4 * 1 * 1",
+            0.75,
+            "it fits 4 GPUs, this launch has 1",
+        ),
+        (
+            "AssertionError: Check batch related parameters. train_batch_size is not equal to"
+            " micro_batch_per_gpu * gradient_acc_step * world_size250 != 4 * 8 * 7",
+            0.55,
+            "it fits no whole number of GPUs, this launch has 7",
+        ),
+        (
+            "ValueError: Please correct the following DeepSpeed config values that mismatch"
+            " TrainingArguments values:\n- ds train_batch_size=32 vs hf train_batch_size"
+            " (calculated)=4\n",
+            0.75,
+            "the trainer computes 4 for this launch",
+        ),
+    ],
+)
+def test_a_deepspeed_batch_written_for_another_world(
+    tmp_path: Path, text: str, confidence: float, said: str
+) -> None:
+    verdict = top(analyze_files(tmp_path, {"train.log": text}))
+    assert (verdict.cause_id, verdict.confidence) == ("config.world_size_mismatch", confidence)
+    assert said in verdict.title and '"auto"' in verdict.fix
+
+
+def _load_error(saved: tuple[int, int], model: tuple[int, int]) -> str:
+    """What load_state_dict raises for a checkpoint of one Linear's shape into another."""
+    import torch
+
+    checkpoint = torch.nn.Linear(saved[1], saved[0]).state_dict()
+    try:
+        torch.nn.Linear(model[1], model[0]).load_state_dict(checkpoint)
+    except RuntimeError as exc:
+        return f"RuntimeError: {exc}\n"
+    raise AssertionError("the shapes matched")
+
+
+@requires_torch
+def test_a_tensor_parallel_shard_loaded_into_a_whole_model(tmp_path: Path) -> None:
+    verdict = top(analyze_files(tmp_path, {"load.log": _load_error((2, 8), (8, 8))}))
+    assert verdict.cause_id == "config.world_size_mismatch"
+    assert "the checkpoint holds 1/4 of each tensor" in verdict.title
+    whole = top(analyze_files(tmp_path, {"load.log": _load_error((8, 8), (8, 2))}))
+    assert "the model holds 1/4 of each checkpoint tensor" in whole.title
+
+
+@requires_torch
+def test_a_checkpoint_of_another_model_size_is_no_shard(tmp_path: Path) -> None:
+    report = analyze_files(tmp_path, {"load.log": _load_error((12, 12), (8, 8))})
+    assert all(h.cause_id != "config.world_size_mismatch" for h in report.hypotheses)
+
+
+def test_the_deepspeed_runner_ignoring_visible_devices(tmp_path: Path) -> None:
+    text = (
+        "[2023-08-10 09:12:01,532] [WARNING] [runner.py:196:fetch_hostfile] Unable to find"
+        " hostfile, will proceed with training with local resources only.\n"
+        "Detected CUDA_VISIBLE_DEVICES=2,4,5,7 but ignoring it because one or several of"
+        " --include/--exclude/--num_gpus/--num_nodes cl args were used. If you want to use"
+        " CUDA_VISIBLE_DEVICES don't pass any of these arguments to deepspeed.\n"
+    )
+    verdict = top(analyze_files(tmp_path, {"launch.log": text}))
+    assert (verdict.cause_id, verdict.confidence) == ("config.device_assignment", 0.75)
+    assert "--include localhost:2,4,5,7" in verdict.fix
 
 
 def test_more_workers_than_world_blames_a_shared_port(tmp_path: Path) -> None:

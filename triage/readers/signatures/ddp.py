@@ -146,6 +146,32 @@ signature(
 )
 
 signature(
+    "nan.count",
+    r"(?i)\b(?:n|num|number[_ ]of|count[_ ]of)[_ ]?(?:nan|inf)s?\s*[=:]\s*(?P<count>[1-9]\d*)"
+    r"(?:\s*/\s*(?P<of>\d+))?\b"
+    r"|\b(?:nan|inf)s?[_ ]count\s*[=:]\s*(?P<count2>[1-9]\d*)\b"
+    r"|\b(?:has|contains|any)[_ ](?:nan|inf)s?\s*[=:]\s*True\b",
+    anchors=(
+        "n_nan",
+        "num_nan",
+        "n_inf",
+        "num_inf",
+        "nan_count",
+        "inf_count",
+        "has_nan",
+        "contains_nan",
+        "any_nan",
+        "has_inf",
+        "number of nan",
+        "number_of_nan",
+    ),
+    summary="a probe counted NaN/Inf values in a tensor (more than none)",
+    extract=lambda found: (
+        {"count": int(count)} if (count := found["count"] or found["count2"]) else {}
+    ),
+)
+
+signature(
     "nan.rank_check",
     r"\bRank (?P<rank>\d+)\b[^\n]{0,100}?(?:found (?P<found>NaN|Inf) in (?P<what>[\w ]{1,60})"
     r"|Unexpected result (?P<value>nan|inf))",

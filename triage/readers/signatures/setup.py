@@ -264,6 +264,14 @@ signature(
 )
 
 signature(
+    "setup.launcher_ignores_visible_devices",
+    r"Detected CUDA_VISIBLE_DEVICES=(?P<visible>\S*) but ignoring it because one or several of"
+    r"\s+--include/--exclude/--num_gpus/--num_nodes",
+    anchors="but ignoring it because one or several of",
+    summary="the DeepSpeed runner ignores CUDA_VISIBLE_DEVICES because a device option was given",
+)
+
+signature(
     "setup.parallel_size_splits_model",
     r"(?i)\b(?:total\s+)?(?:the\s+)?(?P<what>(?:number\s+of\s+|num_?)?"
     r"(?:attention[ _]heads|(?:key[ _]value|kv|query)[ _]heads|heads|hidden[ _]layers|layers"
@@ -274,6 +282,23 @@ signature(
     r"\b[^\n]{0,40})",
     anchors=("divisible by",),
     summary="the parallel size does not divide a model dimension (attention heads, layers)",
+)
+
+signature(
+    "setup.batch_for_another_world",
+    r"train_batch_size is not equal\s*to micro_batch_per_gpu \* gradient_acc_step \* world_size\s*"
+    r"(?P<train>\d+) != (?P<micro>\d+) \* (?P<gas>\d+) \* (?P<world>\d+)"
+    r"|ds train_batch_size=(?P<ds>\d+) vs hf train_batch_size \(calculated\)=(?P<hf>\d+)",
+    anchors=("train_batch_size is not equal", "vs hf train_batch_size"),
+    summary="DeepSpeed's global batch size does not factor into this launch's world size",
+)
+
+signature(
+    "setup.state_dict_shard",
+    r"size mismatch for (?P<param>\S+?): copying a param with shape torch\.Size\(\[(?P<saved>[\d, ]*)\]\)"
+    r" from checkpoint, the shape in current model is torch\.Size\(\[(?P<now>[\d, ]*)\]\)",
+    anchors="from checkpoint, the shape in current model is",
+    summary="a checkpoint's tensor has another shape than the model's (load_state_dict)",
 )
 
 signature(

@@ -53,6 +53,14 @@ _WORDED = (
         " device_map={'': torch.cuda.current_device()} after torch.cuda.set_device(local_rank).",
     ),
     (
+        "setup.launcher_ignores_visible_devices",
+        0.75,
+        "the DeepSpeed runner ignored CUDA_VISIBLE_DEVICES: the job runs on other GPUs",
+        "Choose the GPUs with the runner's own option (`deepspeed --include localhost:2,4,5,7`)"
+        " or drop --num_gpus/--num_nodes/--include/--exclude (accelerate passes --num_gpus for"
+        " you: set the GPUs in its config's gpu_ids) so that CUDA_VISIBLE_DEVICES holds.",
+    ),
+    (
         "setup.local_rank_device_count",
         0.7,
         "LOCAL_RANK is not rank % device count, which the code assumes for its GPU",

@@ -28,6 +28,7 @@ _KINDS = {
         "training stopped on a non-finite value (FloatingPointError)",
     ),
     "nan.found": (0.75, "a check found NaN/Inf in a tensor"),
+    "nan.count": (0.7, "a probe counted NaN/Inf values in a tensor"),
     "nan.loss_value": (0.75, "the loss (or gradient norm) is NaN/Inf"),
     "nan.invalid_probabilities": (0.6, "sampling got NaN/Inf probabilities"),
 }
@@ -49,7 +50,8 @@ def nan(evidence: EvidenceSet) -> Iterator[Finding]:
     clip_grad_norm_'s `total norm ... is non-finite`, loss scalers giving up (`Current loss
     scale already at minimum`, `Minimum loss scale reached`), `FloatingPointError` (e.g.
     `Loss became infinite or NaN at iteration=N`), training loops printing `Loss is nan`,
-    `'loss': nan`, `grad_norm: inf`, `found NaN in local grad norm`, and sampling's
+    `'loss': nan`, `grad_norm: inf`, `found NaN in local grad norm`, a probe's count of
+    NaNs above zero (`n_nan=127/127`, `nan_count: 3`, `has_nan=True`), and sampling's
     `probability tensor contains either inf, nan or element < 0`.
 
     Why it happens:

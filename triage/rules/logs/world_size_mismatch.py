@@ -52,6 +52,13 @@ _FIX_SPLIT = (
     " data-parallel replicas or pipeline stages instead."
 )
 
+_FIX_BATCH = (
+    "Let the batch follow the world size: set train_batch_size (and"
+    ' train_micro_batch_size_per_gpu, gradient_accumulation_steps) to "auto" under the'
+    " Hugging Face Trainer or accelerate, or recompute train_batch_size = micro-batch x"
+    " accumulation x the number of GPUs of this launch."
+)
+
 _FIX_CHECKPOINT = (
     "Launch with the parallel sizes the checkpoint was saved at (llama: --nproc_per_node equal"
     " to the number of consolidated.*.pth shards), or convert it to the new layout first"
@@ -72,7 +79,11 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     barrier counting more workers than world_size (`world_size=2, worker_count=4`); NCCL's
     bootstrap seeing a different rank count or one rank twice; a checkpoint's
     `tensor_model_parallel_size value from checkpoint (1) is not equal to ... (2)`, llama's
-    `Loading a checkpoint for MP=1 but world size is 4`; a parallel size that does not divide
+    `Loading a checkpoint for MP=1 but world size is 4`; load_state_dict's size mismatches
+    that all differ by one whole factor in one dimension (a tensor-parallel shard loaded
+    whole); DeepSpeed's `train_batch_size is not equal to micro_batch_per_gpu *
+    gradient_acc_step * world_size 32 != 4 * 1 * 1` (and the Trainer's `ds
+    train_batch_size=32 vs hf train_batch_size (calculated)=4`); a parallel size that does not divide
     the model (vLLM's `Total number of attention heads (52) must be divisible by tensor
     parallel size (8)`, `num_attention_heads must be divisible by tensor_model_parallel_size`);
     weaker (0.5), processes that announce the same global rank (Lightning's `Initializing
@@ -104,6 +115,8 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
         items = signals(evidence, name)
         if items:
             found.append((confidence, what, items, _FIX))
+    found.extend(_batch_for_another_world(evidence))
+    found.extend(_sharded_checkpoint(evidence))
     split = signals(evidence, "setup.parallel_size_splits_model")
     if split:
         fields = split[0][1].fields
@@ -149,6 +162,66 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
         "WORLD_SIZE in the ranks' environment differs from the product of the mesh or "
         "parallel sizes the script builds (or from the number of processes started)",
     )
+
+
+def _batch_for_another_world(evidence: EvidenceSet) -> list[Found]:
+    """DeepSpeed's global batch against this launch: a train_batch_size that is a whole
+    multiple of micro-batch x accumulation (DeepSpeed's check), or of what the Trainer
+    computed for this world, was written for another number of GPUs."""
+    items = signals(evidence, "setup.batch_for_another_world")
+    if not items:
+        return []
+    f = items[0][1].fields
+    if f.get("train"):
+        train, per_gpu, world = int(f["train"]), int(f["micro"]) * int(f["gas"]), int(f["world"])
+        whole = per_gpu > 0 and train % per_gpu == 0
+        fits = f"{train // per_gpu} GPUs" if whole else "no whole number of GPUs"
+        now = f"it fits {fits}, this launch has {world}"
+    else:
+        train, computed = int(f["ds"]), int(f["hf"])
+        whole = computed > 0 and max(train, computed) % min(train, computed) == 0
+        now = f"the trainer computes {computed} for this launch"
+    if whole:
+        what = f"DeepSpeed's train_batch_size {train} was set for another world size ({now})"
+        return [(0.75, what, items, _FIX_BATCH)]
+    what = f"DeepSpeed's train_batch_size {train} does not fit this launch ({now})"
+    return [(0.55, what, items, _FIX_BATCH)]
+
+
+def _shard_factor(saved: str, now: str) -> tuple[int, bool] | None:
+    """How many ways a tensor was split: its shapes differ in one dimension by a whole
+    factor; True when the checkpoint holds the smaller piece."""
+    a = [int(x) for x in saved.split(",") if x.strip()]
+    b = [int(x) for x in now.split(",") if x.strip()]
+    differ = [(x, y) for x, y in zip(a, b, strict=False) if x != y]
+    if len(a) != len(b) or len(differ) != 1 or 0 in differ[0]:
+        return None
+    x, y = differ[0]
+    if max(x, y) % min(x, y):
+        return None
+    return max(x, y) // min(x, y), x < y
+
+
+def _sharded_checkpoint(evidence: EvidenceSet) -> list[Found]:
+    """load_state_dict's size mismatches that all differ by one whole factor in one dimension
+    of each tensor: one tensor-parallel shard loaded into a whole model (or the reverse). A
+    different model size changes both dimensions of a square weight, or by no whole factor."""
+    items = signals(evidence, "setup.state_dict_shard")
+    factors = [_shard_factor(s.fields["saved"], s.fields["now"]) for _, s in items]
+    if not items or None in factors or len(set(factors)) != 1:
+        return []
+    first = factors[0]
+    if first is None:
+        return []
+    ways, saved_smaller = first
+    what = (
+        f"the checkpoint holds 1/{ways} of each tensor: it was saved at a parallel size {ways}"
+        " times this run's"
+        if saved_smaller
+        else f"the model holds 1/{ways} of each checkpoint tensor: it runs at a parallel size"
+        f" {ways} times the checkpoint's"
+    )
+    return [(0.75 if len(items) >= 3 else 0.6, what, items, _FIX_CHECKPOINT)]
 
 
 def _same_ranks(evidence: EvidenceSet) -> list[Found]:
