@@ -1124,3 +1124,19 @@ def test_ranks_that_reached_exit_left_the_timed_out_rank_behind(tmp_path: Path) 
 def test_every_rank_reaching_exit_is_no_hang(tmp_path: Path) -> None:
     found = diagnose(tmp_path, {"console.log": "".join(_no_destroy(r) for r in range(4))})
     assert all(f.cause_id != "hang.rank_exited" for f in found)
+
+
+def test_a_detail_mismatch_wrapped_before_its_fingerprints_is_a_weaker_mismatch(
+    tmp_path: Path,
+) -> None:
+    """A paste that broke torch's one-line DETAIL report after `collective:`."""
+    wrapped = (
+        "RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running"
+        " collective:\n"
+        "CollectiveFingerPrint(SequenceNumber=15, OpType=ALLREDUCE, ...), but Rank 1 is"
+        " running collective:\n"
+        "CollectiveFingerPrint(SequenceNumber=0, OpType=REDUCE)\n"
+    )
+    found = diagnose(tmp_path, {"console.log": wrapped})
+    assert (found[0].cause_id, found[0].confidence) == ("hang.mismatched_collective", 0.5)
+    assert "cut from the paste" in found[0].summary

@@ -185,6 +185,8 @@ def _mismatch(found: re.Match[str]) -> dict[str, Any]:
     """Fingerprints hold nested parentheses (`TensorOptions(dtype=float (default), ...)`),
     so the rest of the line is split at the peer's part and the aspects, not matched whole."""
     rest = found.group(2)
+    if rest is None:  # the fingerprints went to the next lines of a wrapped paste
+        return {"rank": int(found["rank"]), "cut": True}
     aspects = _ASPECTS.search(rest)
     if aspects:
         rest = rest[: aspects.start()]
@@ -204,7 +206,7 @@ def _mismatch(found: re.Match[str]) -> dict[str, Any]:
 signature(
     "hang.fingerprint_mismatch",
     r"Detected mismatch between collectives on ranks\. Rank (?P<rank>\d+) is running "
-    r"(?:inconsistent )?collective: CollectiveFingerPrint\((.*)$",
+    r"(?:inconsistent )?collective:(?: CollectiveFingerPrint\((.*)|\s*)$",
     anchors="Detected mismatch between collectives on ranks",
     summary="TORCH_DISTRIBUTED_DEBUG=DETAIL found ranks entering different collectives (op, sequence or shapes)",
     extract=_mismatch,

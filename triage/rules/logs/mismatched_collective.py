@@ -296,14 +296,21 @@ def _unpaired(reports: list[tuple[Evidence, LogSignal]]) -> Iterator[Finding]:
         return
     first = own[0][1].fields
     ops = sorted({str(s.fields["op"]) for _, s in own if s.fields.get("op")})
+    cut = all(s.fields.get("cut") for _, s in own)
+    shown = (
+        "the fingerprints that say whether the op, the order or the shapes differ are cut from"
+        " the paste"
+        if cut
+        else f"{', '.join(ops) or 'ops not shown'}; the report does not say which rank is the"
+        " odd one"
+    )
     yield Finding(
         title="TORCH_DISTRIBUTED_DEBUG=DETAIL: the ranks' collectives differ",
         summary=f"Rank {first['rank']} reports its {first.get('op', 'collective')}"
         f"{' ' + str(first['shape']) if first.get('shape') else ''} as inconsistent with the"
-        f" other ranks' ({', '.join(ops) or 'ops not shown'}); the report does not say which"
-        " rank is the odd one.",
+        f" other ranks' ({shown}).",
         ranks=[],
-        confidence=0.6,
+        confidence=0.5 if cut else 0.6,
         evidence=ids(own[:8]),
         fix="Every rank must issue the same collectives in the same order, with the same"
         " shapes: compare the user lines of every rank's traceback at this collective and move"
