@@ -991,3 +991,13 @@ def test_an_empty_rendezvous_address_in_the_launch(tmp_path: Path, line: str) ->
 def test_a_rendezvous_address_that_is_set_is_no_finding(tmp_path: Path, line: str) -> None:
     report = analyze_files(tmp_path, {"launcher.log": f"{line}\n"})
     assert all(h.cause_id != "config.env_missing" for h in report.hypotheses)
+
+
+def test_a_vector_twice_the_size_alone_is_no_shard(tmp_path: Path) -> None:
+    text = (
+        "RuntimeError: Error(s) in loading state_dict for Embedding:\n"
+        "\tsize mismatch for bias: copying a param with shape torch.Size([32000]) from"
+        " checkpoint, the shape in current model is torch.Size([64000]).\n"
+    )
+    report = analyze_files(tmp_path, {"load.log": text})
+    assert all(h.cause_id != "config.world_size_mismatch" for h in report.hypotheses)

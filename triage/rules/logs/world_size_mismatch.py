@@ -193,8 +193,10 @@ def _shard_factor(saved: str, now: str) -> tuple[int, bool] | None:
     factor; True when the checkpoint holds the smaller piece."""
     a = [int(x) for x in saved.split(",") if x.strip()]
     b = [int(x) for x in now.split(",") if x.strip()]
-    differ = [(x, y) for x, y in zip(a, b, strict=False) if x != y]
-    if len(a) != len(b) or len(differ) != 1 or 0 in differ[0]:
+    if len(a) != len(b):
+        return None
+    differ = [(x, y) for x, y in zip(a, b, strict=True) if x != y]
+    if len(differ) != 1 or 0 in differ[0]:
         return None
     x, y = differ[0]
     if max(x, y) % min(x, y):
@@ -204,11 +206,14 @@ def _shard_factor(saved: str, now: str) -> tuple[int, bool] | None:
 
 def _sharded_checkpoint(evidence: EvidenceSet) -> list[Found]:
     """load_state_dict's size mismatches that all differ by one whole factor in one dimension
-    of each tensor: one tensor-parallel shard loaded into a whole model (or the reverse). A
-    different model size changes both dimensions of a square weight, or by no whole factor."""
+    of each tensor, a matrix among them: one tensor-parallel shard loaded into a whole model
+    (or the reverse). A different model size changes both dimensions of a square weight, or
+    by no whole factor."""
     items = signals(evidence, "setup.state_dict_shard")
     factors = [_shard_factor(s.fields["saved"], s.fields["now"]) for _, s in items]
-    if not items or None in factors or len(set(factors)) != 1:
+    # a matrix split along one side, not a vector alone (a vocabulary twice the size)
+    matrix = any("," in s.fields["saved"].strip(", ") for _, s in items)
+    if not items or not matrix or None in factors or len(set(factors)) != 1:
         return []
     first = factors[0]
     if first is None:
