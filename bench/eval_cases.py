@@ -107,6 +107,9 @@ DRESSES: dict[str, Callable[[str], str]] = {
     "docker-json": _records,
     "cut-80": lambda text: _cut(text, 80),
     "cut-120": lambda text: _cut(text, 120),
+    "numbered": lambda text: "\n".join(
+        f"{number:>4}  {line}" for number, line in enumerate(text.splitlines(), 1)
+    ),
 }
 
 

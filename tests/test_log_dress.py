@@ -62,6 +62,18 @@ def test_what_only_some_lines_wear_is_no_dress(tmp_path: Path) -> None:
     assert detect(log) == NAKED
 
 
+def test_a_table_whose_rows_start_with_numbers_is_not_numbered(tmp_path: Path) -> None:
+    """nccl-tests' rows start with their sizes, not with a count of the lines."""
+    log = tmp_path / "allreduce.log"
+    log.write_text(
+        "           8             2     float     sum      -1    9.16    0.00    0.00      0\n"
+        "          16             4     float     sum      -1    9.03    0.00    0.00      0\n"
+        "          32             8     float     sum      -1    9.11    0.00    0.00      0\n"
+        "          64            16     float     sum      -1    9.06    0.01    0.01      0\n"
+    )
+    assert all(piece != "number" for piece, _ in detect(log).pieces)
+
+
 def test_escapes_beside_bare_quotes_are_the_text_itself(tmp_path: Path) -> None:
     log = tmp_path / "page.log"
     log.write_text('  File "a.py", line 1, in f\nprint("&quot; is how HTML writes a quote")\n')

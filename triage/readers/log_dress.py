@@ -4,7 +4,7 @@ Kubernetes (`kubectl logs --timestamps`), Docker (`docker logs -t`) and cloud lo
 stamp every line with the time; Docker's json-file driver and log shippers write each line
 as a JSON record (`{"log":"...\\n","stream":"stderr","time":"..."}`); `srun --label` puts
 the task number first; a report quotes its log (`> `) or indents it four spaces as a code
-block; text copied out of a web page's source keeps its HTML escapes (`File
+block, or pastes it out of an editor with each line's number; text copied out of a web page's source keeps its HTML escapes (`File
 &quot;train.py&quot;`). The signatures and the block parsers read a line as its program
 wrote it (a traceback's `  File "..."` frames, an NCCL line that starts with
 `host:pid:tid`), so the scanner takes the dress off first. The dress is read from the head
@@ -15,6 +15,7 @@ framework prints on its own lines stays where it is.
 from __future__ import annotations
 
 import html
+import itertools
 import json
 import re
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ _STAMP = re.compile(
 )
 _QUOTE = re.compile(r"^(?:> ?)+")
 _LABEL = re.compile(r"^ *\d{1,5}: ")
+#: An editor's or `cat -n`'s line number, then two spaces or a tab.
+_NUMBER = re.compile(r"^ *(\d{1,6})(?:  |\t)")
 _INDENT = re.compile(r"^[ \t]+")
 #: HTML's escapes of the characters logs are full of, with none of those characters bare.
 _ESCAPES = re.compile(r"&(?:quot|lt|gt|#39|#x27);")
@@ -43,7 +46,7 @@ _RAW = re.compile(r"[\"<>]")
 RECORD_FIELDS = ("log", "message", "msg")
 
 #: The pieces a line may wear around its text, by name; indentation is read per file.
-_PIECES = {"stamp": _STAMP, "quote": _QUOTE, "label": _LABEL}
+_PIECES = {"stamp": _STAMP, "quote": _QUOTE, "label": _LABEL, "number": _NUMBER}
 
 
 @dataclass(frozen=True)
@@ -151,10 +154,20 @@ def _text_of(record: dict[str, Any], name: str, line: str) -> str:
 def _outermost(lines: list[str]) -> tuple[str, str] | None:
     """The piece (nearly) every line starts with, or the indentation all of them share."""
     for piece, pattern in _PIECES.items():
-        if _worn(lines, pattern):
+        if _numbered(lines) if piece == "number" else _worn(lines, pattern):
             return piece, ""
     indent = _common_indent(lines)
     return ("indent", indent) if indent else None
+
+
+def _numbered(lines: list[str]) -> bool:
+    """Lines numbered one after another (a paste out of an editor or `cat -n`): the count
+    itself tells it from a table whose rows start with a number; a line alone, by its 1."""
+    numbers = [int(found.group(1)) if (found := _NUMBER.match(line)) else None for line in lines]
+    if len(numbers) == 1:
+        return numbers[0] == 1
+    steps = sum(1 for a, b in itertools.pairwise(numbers) if a is not None and b == a + 1)
+    return steps >= WORN_BY * (len(lines) - 1)
 
 
 def _worn(lines: list[str], piece: re.Pattern[str]) -> bool:
