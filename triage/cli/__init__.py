@@ -107,6 +107,8 @@ def build_app(only: str | None = None) -> typer.Typer:
 
 
 app = build_app()
+#: The names `main` builds a one-command app for.
+_NAMES = frozenset(_commands(app))
 
 
 class Terminated(BaseException):
@@ -134,7 +136,7 @@ def main() -> None:
         signal.signal(signum, _terminate)
     named = sys.argv[1] if len(sys.argv) > 1 else None
     try:
-        build_app(only=named if named in _commands(app) else None)(prog_name="triage")
+        build_app(only=named if named in _NAMES else None)(prog_name="triage")
     except TriageError as exc:
         fail(str(exc))
     except KeyboardInterrupt:

@@ -315,14 +315,12 @@ class BlockParser:
     def _feed_ipython(self, key: tuple[object, ...], block: _Block, stripped: str) -> bool:
         """One line of an IPython traceback: a frame, its numbered source, or the exception
         that ends it; False when the line is none of those (the block is closed then)."""
-        frame = _IPY_FRAME.match(stripped) or _IPY7_FRAME.match(stripped)
-        cell = _IPY_CELL.match(stripped)
         arrow = _IPY_ARROW.match(stripped)
-        if frame:
+        if frame := _IPY_FRAME.match(stripped) or _IPY7_FRAME.match(stripped):
             line = int(frame["line"]) if "line" in frame.groupdict() else 0
             function = frame["func"] or "<module>"
             block.frames.append(Frame(function=function, file=frame["file"], line=line))
-        elif cell:
+        elif cell := _IPY_CELL.match(stripped):
             number = cell["cell"] if cell["cell"] is not None else cell["input"]
             line = int(cell["line"]) if cell["line"] else 0
             block.frames.append(Frame(function="<cell>", file=f"<cell In[{number}]>", line=line))

@@ -35,9 +35,10 @@ def rank_exited(evidence: EvidenceSet) -> Iterator[Finding]:
     exitcode: X`, or `failed (exitcode: X) local_rank: M`) or a rank's own traceback ends
     in an error of its own, while other ranks time out or monitoredBarrier waits for it.
     Ranks that timed out themselves are victims, not culprits, whatever their exit code.
-    Weaker (0.55; 0.5 beside a stuck watchdog), ranks whose process reached Python's exit (`destroy_process_group() was
-    not called before program exit`) with no error while others time out or their
-    watchdog gets stuck: they finished and left the others in a collective.
+    Weaker (0.55; 0.5 beside a stuck watchdog), ranks whose process reached Python's exit
+    (`destroy_process_group() was not called before program exit`) with no error while
+    others time out or their watchdog gets stuck: they finished and left the others in a
+    collective.
 
     Why it happens:
     The rank crashed (an exception, a segfault), was killed (the host OOM killer's
@@ -85,7 +86,8 @@ def rank_exited(evidence: EvidenceSet) -> Iterator[Finding]:
     who = rank_label(ranks) if ranks else f"local {rank_label(local)}"
     waiting = sorted(view.waiting)
     lost = sorted(closed - set(view.waiting))
-    them = "it" if len(ranks or local) == 1 else "them"
+    one = len(ranks or local) == 1
+    them = "it" if one else "them"
     if waiting:
         then = f"{rank_label(waiting)} waited for {them} in a collective and timed out"
     elif lost:
@@ -103,8 +105,7 @@ def rank_exited(evidence: EvidenceSet) -> Iterator[Finding]:
         "host OOM killer: check `dmesg`); the ranks that timed out are victims."
     )
     yield Finding(
-        title=f"{who} exited while {'its' if len(ranks or local) == 1 else 'their'} peers waited in "
-        "a collective",
+        title=f"{who} exited while {'its' if one else 'their'} peers waited in a collective",
         summary=f"{who.capitalize()} {chosen[0].how}, while {then}.",
         ranks=ranks,
         location=view.location(ranks),

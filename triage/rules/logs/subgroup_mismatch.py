@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from triage.models import Finding
-from triage.observations import RankActivity
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._hang_lines import hang_log
+from triage.rules.stacks._hang_view import creation_split
 from triage.text import capitalized, rank_label
 
 
@@ -43,13 +43,10 @@ def subgroup_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     torch.distributed.new_group documentation.
     """
     traced = hang_log(evidence).traced
-    if traced is None:
+    split = creation_split(traced.groups) if traced is not None else None
+    if split is None:
         return
-    setup = [g for g in traced.groups if g.creates_group]
-    others = [g for g in traced.groups if g.first.activity is not RankActivity.group_setup]
-    if not setup or not others:
-        return
-    waiting = setup[0]
+    waiting, others = split
     skipped = sorted(r for g in others for r in g.ranks)
     elsewhere = others[0]
     yield Finding(

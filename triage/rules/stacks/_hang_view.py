@@ -270,3 +270,11 @@ def conditional_wait(waiting: StateGroup, ahead: StateGroup) -> tuple[Block, Fra
 
 def is_exiting(state: RankState) -> bool:
     return state.activity is RankActivity.exiting
+
+
+def creation_split(groups: list[StateGroup]) -> tuple[StateGroup, list[StateGroup]] | None:
+    """The first group of ranks in a group's creation and the groups standing outside any
+    set-up, when there are both: the members wait for ranks that went elsewhere."""
+    setup = [g for g in groups if g.creates_group]
+    others = [g for g in groups if g.first.activity is not RankActivity.group_setup]
+    return (setup[0], others) if setup and others else None

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from triage.models import Finding
-from triage.observations import RankActivity
 from triage.registry import EvidenceSet, rule
-from triage.rules.stacks._hang_view import coverage_factor, hang_view
+from triage.rules.stacks._hang_view import coverage_factor, creation_split, hang_view
 from triage.text import capitalized, rank_label
 
 
@@ -41,10 +40,9 @@ def subgroup_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     torch.distributed.new_group documentation.
     """
     view = hang_view(evidence)
-    setup = [g for g in view.groups if g.creates_group]
-    others = [g for g in view.groups if g.first.activity is not RankActivity.group_setup]
-    if setup and others:
-        waiting = setup[0]
+    split = creation_split(view.groups)
+    if split is not None:
+        waiting, others = split
         skipped = sorted(r for g in others for r in g.ranks)
         elsewhere = min(others, key=lambda g: len(g.states))
         members = waiting.first.group_ranks
