@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -114,16 +115,52 @@ def test_early_dumps_start_only_for_the_pids_after_pids(
 ) -> None:
     """`start_early` reads `hang --pids P...` only: a launcher pid or a timeout is no rank."""
     started: list[int] = []
-    monkeypatch.setattr(
-        pyspy, "start_dump", lambda _bin, pid, with_locals, stdout: started.append(pid)
-    )
+
+    def start_dump(_bin: str, pid: int, with_locals: bool, stdout: int) -> subprocess.Popen[str]:
+        started.append(pid)
+        return subprocess.Popen(["true"], stdout=stdout, text=True)
+
+    monkeypatch.setattr(pyspy, "start_dump", start_dump)
     pyspy.start_early(["hang", "--launcher-pid", "7", "--pids", "11", "12,13", "--timeout", "5"])
     pyspy.start_early(["hang", "--pids=14", "--json"])
     pyspy.start_early(["analyze", "--pids", "15"])
     assert pyspy._starting is not None
     pyspy._starting.join()  # dumps start from a thread, while the CLI imports
     assert started == [11, 12, 13, 14]
+    _discard_early()
+
+
+def _discard_early() -> None:
+    for _, dump in pyspy._early.values():
+        dump.process.kill()
+        dump.communicate(timeout_s=10)
     pyspy._early.clear()
+
+
+def test_the_next_early_dump_starts_when_any_running_one_ends(
+    python_sleeper: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slow dump holds one place, not the queue: with two at a time and the first dump
+    never ending, the other five all start without waiting for it."""
+    started: list[int] = []
+
+    def start_dump(_bin: str, pid: int, with_locals: bool, stdout: int) -> subprocess.Popen[str]:
+        started.append(pid)
+        command = ["sleep", "600"] if pid == 1 else ["true"]
+        return subprocess.Popen(command, stdout=stdout, text=True)
+
+    monkeypatch.setattr(pyspy, "start_dump", start_dump)
+    monkeypatch.setattr(pyspy, "_IN_FLIGHT", 2)
+    monkeypatch.setattr(pyspy, "PACE_WAIT_S", 600.0)
+    try:
+        pyspy.start_early(["hang", "--pids", "1,2,3,4,5,6"])
+        assert pyspy._starting is not None
+        pyspy._starting.join(timeout=60)
+        assert not pyspy._starting.is_alive(), "the starter waited for the slow first dump"
+        assert started == [1, 2, 3, 4, 5, 6]
+        assert pyspy._early[1][1].process.poll() is None  # still running, not waited out
+    finally:
+        _discard_early()
 
 
 def test_an_early_dump_is_the_one_the_stack_tool_reads(
@@ -240,14 +277,41 @@ def test_a_stopped_rank_is_named_stopped_not_lost(python_sleeper: subprocess.Pop
     assert "read without pausing" in stack.data["detail"]
 
 
+def test_early_dumps_are_paced_without_pidfds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel without pidfd_open (before Linux 5.3): each wait is on the oldest dump."""
+    started: list[int] = []
+
+    def start_dump(_bin: str, pid: int, with_locals: bool, stdout: int) -> subprocess.Popen[str]:
+        started.append(pid)
+        return subprocess.Popen(["true"], stdout=stdout, text=True)
+
+    def no_pidfd(pid: int) -> int:
+        raise OSError(errno.ENOSYS, "pidfd_open")
+
+    monkeypatch.setattr(pyspy, "start_dump", start_dump)
+    monkeypatch.setattr(pyspy, "binary", lambda: "py-spy")
+    monkeypatch.setattr(os, "pidfd_open", no_pidfd)
+    monkeypatch.setattr(pyspy, "_IN_FLIGHT", 1)
+    try:
+        pyspy.start_early(["hang", "--pids", "31,32,33"])
+        assert pyspy._starting is not None
+        pyspy._starting.join(timeout=60)
+        assert started == [31, 32, 33]
+        assert all(dump.process.wait(10) == 0 for _, dump in pyspy._early.values())
+    finally:
+        _discard_early()
+
+
 def test_early_dumps_start_while_the_cli_imports(monkeypatch: pytest.MonkeyPatch) -> None:
     """Starting 32 dumps takes as long as importing the CLI: `start_early` returns at once
     and the dump tool waits for the starts it takes over."""
     release = threading.Event()
+    made: dict[int, subprocess.Popen[str]] = {}
 
-    def slow_start(binary: str, pid: int, with_locals: bool, stdout: int) -> str:
+    def slow_start(binary: str, pid: int, with_locals: bool, stdout: int) -> subprocess.Popen[str]:
         assert release.wait(30)
-        return f"dump of {pid}"
+        made[pid] = subprocess.Popen(["true"], stdout=stdout, text=True)
+        return made[pid]
 
     monkeypatch.setattr(pyspy, "start_dump", slow_start)
     monkeypatch.setattr(pyspy, "binary", lambda: "py-spy")
@@ -256,5 +320,5 @@ def test_early_dumps_start_while_the_cli_imports(monkeypatch: pytest.MonkeyPatch
     release.set()
     for pid in (22, 21):
         early = pyspy.take_early("py-spy", pid)
-        assert early is not None and str(early.process) == f"dump of {pid}"
-        early.close()
+        assert early is not None and early.process is made[pid]
+        early.communicate(timeout_s=10)

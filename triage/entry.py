@@ -8,12 +8,17 @@ named on `analyze`'s command line, before importing the CLI (see
 
 from __future__ import annotations
 
+import os
 import sys
 
 from triage.readers import early_commands, pyspy
 
 
 def main() -> None:
+    # pydantic scans every installed distribution for plugins the first time it builds a
+    # validator, which the CLI's import does (~10 ms in this project's venv); the CLI uses
+    # none.
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     if pyspy.start_early(sys.argv[1:]):
         early_commands.start_smi_queries()
     if sys.argv[1:2] == ["analyze"]:

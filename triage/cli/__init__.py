@@ -126,9 +126,6 @@ def _terminate(signum: int, frame: object) -> None:
 
 def main() -> None:
     """Entry point: user-facing failures are one line and a non-zero exit, never a traceback."""
-    # pydantic scans every installed distribution for plugins on first use (~80 ms with
-    # torch installed); the CLI uses none, and start-up time is what on-call waits for.
-    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     for stream in (sys.stdout, sys.stderr):  # a file name that is not UTF-8 prints as \udcff
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import pydoc
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -25,6 +24,8 @@ skill_app = typer.Typer(cls=TidyGroup, help="Install the triage agent skill.", n
 def page(lines: list[str]) -> None:
     """Through a pager (`$PAGER`, else `less -FRX` as git runs it) when stdout is a
     terminal; printed as is when piped."""
+    import pydoc  # 10-15 ms to import, for the listing commands alone
+
     os.environ.setdefault("LESS", "FRX")
     pydoc.pager("\n".join(lines) + "\n")
 

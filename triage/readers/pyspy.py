@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import shutil
 import subprocess
 import sys
 import threading
-from collections import deque
 from pathlib import Path
 
 PTRACE_HINT = (
@@ -161,32 +161,71 @@ def _start_all(found: str, pids: list[int]) -> None:
     """Start the early dumps, from a thread, a few at a time: about one per core. Each
     dump is a few milliseconds of CPU; 32 of them at once leave the CLI's import a sliver
     of the cores until they all end, and then the CLI's own work runs alone on an idle
-    machine. Paced, the import runs beside them and the dumps end when it does."""
-    running: deque[subprocess.Popen[str]] = deque()
-    for pid in pids:
-        if len(running) >= _IN_FLIGHT:
-            with contextlib.suppress(subprocess.TimeoutExpired):  # a slow one is not waited out
-                running.popleft().wait(timeout=PACE_WAIT_S)
-        try:
-            output = os.memfd_create("py-spy-dump")
-        except OSError:
-            return
-        try:
-            process = start_dump(found, pid, with_locals=False, stdout=output)
-        except OSError:
-            os.close(output)
-            return
-        _early[pid] = (found, EarlyDump(process, output))
-        running.append(process)
+    machine. Paced, the import runs beside them and the dumps end when it does.
+
+    The next dump starts as soon as any running one ends: the wait is on the dumps'
+    pidfds, in the kernel, and a short switch interval hands this thread the GIL at once
+    when it wakes (by default the import would keep it for up to 5 ms per dump)."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    running: dict[int, subprocess.Popen[str]] = {}
+    try:
+        for pid in pids:
+            if len(running) >= _IN_FLIGHT:
+                _wait_any(running)
+            try:
+                output = os.memfd_create("py-spy-dump")
+            except OSError:
+                return
+            try:
+                process = start_dump(found, pid, with_locals=False, stdout=output)
+            except OSError:
+                os.close(output)
+                return
+            _early[pid] = (found, EarlyDump(process, output))
+            running[_watch(process)] = process
+    finally:
+        sys.setswitchinterval(interval)
+        for handle in running:
+            if handle >= 0:
+                os.close(handle)
 
 
-#: Early dumps running at once: one per core and two more to cover their waits on the
-#: kernel. Measured at 32 ranks on 2 cores (bench/hang_latency.py): `triage hang` 1.27x the
-#: sequential py-spy loop, against 1.44x with all 32 started at once; 3 to 4 at once were
-#: alike, 2 and 6 slower.
-_IN_FLIGHT = len(os.sched_getaffinity(0)) + 2
+def _watch(process: subprocess.Popen[str]) -> int:
+    """A pidfd that turns readable when the dump ends; where the kernel has none (before
+    Linux 5.3), a negative key that `_wait_any` waits on the old way."""
+    try:
+        return os.pidfd_open(process.pid)
+    except OSError:
+        return -process.pid
+
+
+def _wait_any(running: dict[int, subprocess.Popen[str]]) -> None:
+    """Wait until one of the running dumps ends, at most `PACE_WAIT_S`: a slow dump is
+    not waited out (it leaves the count of those running, not the dumps)."""
+    handles = [handle for handle in running if handle >= 0]
+    oldest = next(iter(running))
+    if handles:
+        ended, _, _ = select.select(handles, [], [], PACE_WAIT_S)
+    else:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            running[oldest].wait(timeout=PACE_WAIT_S)
+        ended = []
+    for handle in ended or [oldest]:
+        del running[handle]
+        if handle >= 0:
+            os.close(handle)
+
+
+#: Early dumps running at once: one per core. Measured at 32 ranks on 2 cores, 21 runs
+#: each on the same hung job, `triage hang` against the sequential py-spy loop: 2 at once
+#: 1.16x, 1 1.39x, 3 1.31x, 4 1.41x (1.29x before the next dump started the moment one
+#: ended). All 32 at once were 1.44x.
+_IN_FLIGHT = len(os.sched_getaffinity(0))
 #: How long the starter waits for a running dump before it starts the next regardless.
 PACE_WAIT_S = 0.5
+#: The GIL's switch interval while the dumps start (Python's default is 5 ms).
+SWITCH_INTERVAL_S = 0.0005
 
 
 def take_early(py_spy: str, pid: int) -> EarlyDump | None:
