@@ -334,6 +334,35 @@ def test_dataloader_bus_error_is_shared_memory(tmp_path: Path) -> None:
     assert "shm-size" in top.fix
 
 
+@pytest.mark.parametrize(
+    ("crash", "shm"),
+    [
+        ("[node3:4410 :0:4466] Caught signal 7 (Bus error: nonexistent physical address)", True),
+        ("/var/spool/slurm/job42/slurm_script: line 9: 4410 Bus error (core dumped) python", True),
+        ("[node3:4410 :0:4466] Caught signal 11 (Segmentation fault: address not mapped)", False),
+    ],
+)
+def test_a_rank_reporting_its_own_bus_error_suspects_shared_memory(
+    tmp_path: Path, crash: str, shm: bool
+) -> None:
+    """A signal handler's or the shell's own report of a bus error (no launcher naming
+    SIGBUS) is the usual /dev/shm overrun, at the weight of a bare SIGBUS; a segfault is not."""
+    log = "\n".join(
+        [
+            crash,
+            "==== backtrace (tid:   4466) ====",
+            " 0 0x0000000000059e97 ncclGetUniqueId()  ???:0",
+            " 1 0x00000000000489b1 ???()  /usr/lib/x86_64-linux-gnu/libnccl.so.2:0",
+            "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
+        ]
+    )
+    report = analyze_files(tmp_path, {"rank0.log": log})
+    assert ("comm.shm_exhausted" in causes(report)) is shm
+    if shm:
+        assert report.verdict is not None and report.verdict.cause_id == "comm.shm_exhausted"
+        assert report.verdict.confidence == 0.5
+
+
 # --- InfiniBand -------------------------------------------------------------------------
 
 

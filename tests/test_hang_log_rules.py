@@ -1126,6 +1126,35 @@ def test_every_rank_reaching_exit_is_no_hang(tmp_path: Path) -> None:
     assert all(f.cause_id != "hang.rank_exited" for f in found)
 
 
+_HOROVOD_SHUT = (
+    "{p}RuntimeError: Horovod has been shut down. This was caused by an exception on one of"
+    " the ranks or an attempt to allreduce, allgather or broadcast a tensor after one of the"
+    " ranks finished execution. If the shutdown was caused by an exception, you should see"
+    " the exception in the log before the first shutdown message.\n"
+)
+
+
+def test_horovod_shut_down_with_no_rank_error_is_a_rank_that_finished(tmp_path: Path) -> None:
+    """horovodrun interleaves every rank's output: a shut-down with no exception anywhere
+    reads as a rank that finished first, above a peer whose log is missing."""
+    log = "".join(f"[1,{r}]<stdout>:epoch 3 step 120\n" for r in range(4)) + "".join(
+        _HOROVOD_SHUT.format(p=f"[1,{r}]<stderr>:") for r in (0, 1, 2)
+    )
+    found = analyze_files(tmp_path, {"console.log": log}).hypotheses
+    assert found[0].cause_id == "hang.rank_exited" and found[0].confidence == 0.5
+    assert "finished" in found[0].title
+    assert "comm.peer_failure" in [f.cause_id for f in found[1:]]
+
+
+def test_horovod_shut_down_after_a_rank_error_is_that_error(tmp_path: Path) -> None:
+    oom = (
+        "[1,2]<stderr>:torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+        " GPU 0 has a total capacity of 15.77 GiB of which 1.05 GiB is free.\n"
+    )
+    found = diagnose(tmp_path, {"console.log": oom + _HOROVOD_SHUT.format(p="[1,0]<stderr>:")})
+    assert not any(f.cause_id == "hang.rank_exited" and f.confidence >= 0.5 for f in found)
+
+
 def test_a_detail_mismatch_wrapped_before_its_fingerprints_is_a_weaker_mismatch(
     tmp_path: Path,
 ) -> None:

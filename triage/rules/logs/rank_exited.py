@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
+from triage.rules.logs._comm_view import comm_view
 from triage.rules.logs._hang_lines import HangLog, hang_log
 from triage.rules.logs._signals import signals
 from triage.text import rank_label
@@ -38,7 +39,8 @@ def rank_exited(evidence: EvidenceSet) -> Iterator[Finding]:
     Weaker (0.55; 0.5 beside a stuck watchdog), ranks whose process reached Python's exit
     (`destroy_process_group() was not called before program exit`) with no error while
     others time out or their watchdog gets stuck: they finished and left the others in a
-    collective.
+    collective. Horovod's shut-down message with no rank's error in the text (0.5): a rank
+    finished execution first.
 
     Why it happens:
     The rank crashed (an exception, a segfault), was killed (the host OOM killer's
@@ -68,6 +70,7 @@ def rank_exited(evidence: EvidenceSet) -> Iterator[Finding]:
         s.rank for _, s in signals(evidence, "hang.watchdog_stuck") if s.rank is not None
     } - waiters
     if not waiters and not view.barrier_missing and not stuck:
+        yield from _horovod_finished(evidence)
         return
     # Without a timeout, a rank that raised or that the launcher names is a crash its peers
     # saw as a closed connection (comm.peer_failure); only a silent rank is read here.
@@ -78,6 +81,7 @@ def rank_exited(evidence: EvidenceSet) -> Iterator[Finding]:
         + _finished(evidence, view, waiters | stuck)
     )
     if not deaths:
+        yield from _horovod_finished(evidence)
         return
     top = max(d.confidence for d in deaths)
     chosen = [d for d in deaths if d.confidence == top]
@@ -115,6 +119,37 @@ def rank_exited(evidence: EvidenceSet) -> Iterator[Finding]:
         + [i for ids in view.waiting.values() for i in ids][:4],
         fix=fix,
         confirm=f"{who}'s log ends in its own error or the launcher reports its exit first",
+    )
+
+
+def _horovod_finished(evidence: EvidenceSet) -> Iterator[Finding]:
+    """Horovod shuts every rank down once one rank raised or "finished execution" while
+    others still submit collectives. With no rank's failure anywhere in the text (Horovod's
+    launcher interleaves every rank's output), the one that finished is the better reading
+    than a crash whose log is missing (comm.peer_failure's 0.45): one of the two."""
+    shut = signals(evidence, "horovod.shut_down")
+    view = comm_view(evidence)
+    failures = [s for _, s in view.other_failures() if not s.peer_symptom]
+    if not shut or view.origins or failures:
+        return
+    yield Finding(
+        title="a rank finished while the others still ran collectives (Horovod shut down)",
+        summary=(
+            "Horovod shut down with no rank's own error in the text: its message names an "
+            "exception on one rank or a collective submitted after one rank finished "
+            "execution, and no exception is here. A rank that ran out of data first (an "
+            "uneven split, `drop_last=False`) or stopped early on its own decision is the "
+            "usual reason; a crash whose output is missing is the other."
+        ),
+        confidence=0.5,
+        evidence=[item.id for item, _ in shut][:4],
+        fix=(
+            "Give every rank the same number of steps (a sampler that splits evenly with "
+            "drop_last, or agree on the step count with an allreduce(MIN)); broadcast "
+            "early-stopping decisions so all ranks stop together. If a rank crashed, its "
+            "output before Horovod's first shutdown message holds the cause."
+        ),
+        confirm="the ranks' batch counts differ, or one rank left the loop first",
     )
 
 

@@ -13,6 +13,9 @@ from triage.text import rank_label
 
 _NO_SPACE = re.compile(r"No space left|shm\)|Bus error|bus error|out of shared memory")
 _FD_LIMIT = re.compile(r"Too many open files")
+#: A process's own crash report of a bus error: the shell's, a signal handler's (UCX's
+#: `Caught signal 7 (Bus error: ...)`, Open MPI's `Signal: Bus error (7)`), glog's.
+_BUS_ERROR = re.compile(r"Bus error|SIGBUS")
 _SHM_TEXT = re.compile(r"shared memory|/dev/shm|shm|init_process_group|all_reduce|barrier")
 _FIX = (
     "Enlarge /dev/shm (docker --shm-size=16g or --ipc=host; a Memory emptyDir at /dev/shm on "
@@ -34,7 +37,8 @@ def shm_exhausted(evidence: EvidenceSet) -> Iterator[Finding]:
     `Error while creating shared memory segment ... No space left on device`; torch's
     `unable to write to file </torch_...>: No space left on device`; DataLoader's
     `Unexpected bus error ... insufficient shared memory (shm)` and workers killed by a bus
-    error; a rank killed by SIGBUS. Without any of these, NCCL's bare `unhandled system
+    error; a rank killed by SIGBUS, or reporting its own bus error (a shell's `Bus error`, a
+    signal handler's `Caught signal 7 (Bus error: ...)`). Without any of these, NCCL's bare `unhandled system
     error` on one host (nothing names the failing call) ranks /dev/shm low (0.35), as the
     usual one of the candidates.
 
@@ -71,7 +75,7 @@ def shm_exhausted(evidence: EvidenceSet) -> Iterator[Finding]:
         (e, s)
         for e, s in view.of("elastic.child_failed", "elastic.process_signal")
         if s.fields.get("signal") == "SIGBUS"
-    ]
+    ] + [(e, s) for e, s in view.of("process.crashed") if _BUS_ERROR.search(s.text)]
     found: list[Found] = []
     if nccl:
         attach_only = all(
