@@ -772,6 +772,37 @@ def test_the_deepspeed_runner_ignoring_visible_devices(tmp_path: Path) -> None:
     assert "--include localhost:2,4,5,7" in verdict.fix
 
 
+_GUESSED = (
+    "[rank{r}]:[W305 10:02:11.153232081 ProcessGroupNCCL.cpp:4715] [PG ID 0 PG GUID 0 Rank {r}]"
+    "  using GPU {r} {barrier}as device{s} used by this process {v} currently unknown. This can"
+    " potentially cause a hang if this rank to GPU mapping is incorrect.\n"
+)
+
+
+@pytest.mark.parametrize("barrier", [False, True])
+def test_a_guessed_gpu_is_a_weak_device_assignment(tmp_path: Path, barrier: bool) -> None:
+    """torch's own warning that it guessed the GPU: a weak reading when nothing else shows."""
+    words = (
+        {"barrier": "to perform barrier ", "s": "s", "v": "are"}
+        if barrier
+        else {"barrier": "", "s": "", "v": "is"}
+    )
+    text = "".join(_GUESSED.format(r=r, **words) for r in range(4))
+    verdict = top(analyze_files(tmp_path, {"train.log": text}))
+    assert (verdict.cause_id, verdict.confidence) == ("config.device_assignment", 0.3)
+    assert "device_id=" in verdict.fix
+
+
+def test_a_guessed_gpu_yields_to_a_named_failure(tmp_path: Path) -> None:
+    words = {"barrier": "", "s": "", "v": "is"}
+    text = _GUESSED.format(r=0, **words) + (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a"
+        " total capacity of 79.15 GiB of which 3.06 MiB is free.\n"
+    )
+    verdict = top(analyze_files(tmp_path, {"train.log": text}))
+    assert verdict.cause_id.startswith("oom.")
+
+
 def test_more_workers_than_world_blames_a_shared_port(tmp_path: Path) -> None:
     verdict = top(analyze_files(tmp_path, {"train.log": BARRIER_EXCESS}))
     assert verdict.cause_id == "config.world_size_mismatch"

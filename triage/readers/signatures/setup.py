@@ -211,6 +211,20 @@ signature(
     summary="a model's device_map conflicts with one process per GPU (quantized on another GPU, ZeRO-3)",
 )
 
+# ProcessGroupNCCL's warning when a collective runs before the group knows its device (no
+# device_id in init_process_group, a barrier before set_device): it guesses GPU = rank %
+# GPUs, which hangs or crashes when that is not the rank's GPU.
+signature(
+    "setup.device_guessed",
+    r"using GPU (?P<device>\d+) (?:to perform barrier )?as devices? used by this process "
+    r"(?:is|are) currently unknown",
+    anchors=(
+        "used by this process is currently unknown",
+        "used by this process are currently unknown",
+    ),
+    summary="the process group guessed a rank's GPU from its rank (no device was bound to it)",
+)
+
 # --- config.world_size_mismatch ----------------------------------------------------------
 
 signature(

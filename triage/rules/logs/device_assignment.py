@@ -61,6 +61,15 @@ _WORDED = (
         " you: set the GPUs in its config's gpu_ids) so that CUDA_VISIBLE_DEVICES holds.",
     ),
     (
+        "setup.device_guessed",
+        0.3,
+        "the process group guessed each rank's GPU from its rank (no device bound to it)",
+        "Bind each rank's GPU before the first collective: torch.cuda.set_device(local_rank)"
+        " and init_process_group(..., device_id=torch.device('cuda', local_rank)); the guess"
+        " (GPU = rank modulo the GPUs it sees) is wrong when ranks see other GPU counts or"
+        " LOCAL_RANK is not rank % GPUs, and then the first collective hangs or crashes.",
+    ),
+    (
         "setup.local_rank_device_count",
         0.7,
         "LOCAL_RANK is not rank % device count, which the code assumes for its GPU",
@@ -91,7 +100,9 @@ def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
     device-count` (0.7: nodes with unequal GPU counts, or a launcher numbering local ranks
     another way); a model's device_map refused (0.8): accelerate's `You can't train a model that
     has been loaded in 8-bit precision on a different device than the one you're training
-    on`, transformers' `DeepSpeed Zero-3 is not compatible with ... passing a device_map`.
+    on`, transformers' `DeepSpeed Zero-3 is not compatible with ... passing a device_map`;
+    weakest (0.3), ProcessGroupNCCL's `using GPU N ... as device(s) used by this process
+    is/are currently unknown`: nothing bound the group's device, and it guessed one.
 
     Why it happens:
     The script never calls torch.cuda.set_device, hard-codes cuda:0, indexes devices with
