@@ -363,6 +363,42 @@ def test_a_rank_reporting_its_own_bus_error_suspects_shared_memory(
         assert report.verdict.confidence == 0.5
 
 
+def _nvls_setup(host: str, pid: int, rank: int) -> list[str]:
+    return [
+        nccl_setup(host, pid, rank, nranks=4, dev=rank),
+        f"{host}:{pid}:{pid + 40} [{rank}] NCCL INFO NVLS multicast support is available on dev {rank}",
+        f"{host}:{pid}:{pid + 40} [{rank}] NCCL INFO NVLS comm 0x55d0c2a3e0a0 headRank {rank}"
+        " nHeads 4 buffSize 4194304 memSize 2097152 nvlsPerRankSize 201326592",
+        f"{host}:{pid}:{pid + 40} [{rank}] NCCL INFO NVLS Bind mem 0xac0000000 UC handle"
+        " 0x7f3310ccb240 MC handle 0x7f3310ccaa20 size 1073741824",
+    ]
+
+
+def test_a_log_that_stops_in_nvls_setup_is_the_fabric(tmp_path: Path) -> None:
+    """Every rank's last word is a step of NVLS multicast setup, with no error: NVLS waits
+    for an NVSwitch fabric it cannot use."""
+    files = {f"rank{r}.log": "\n".join(_nvls_setup("hgx1", 3100 + r, r)) for r in range(4)}
+    report = analyze_files(tmp_path, files)
+    assert report.verdict is not None and report.verdict.cause_id == "comm.fabric"
+    assert "NVLS" in report.verdict.title and "NCCL_NVLS_ENABLE=0" in report.verdict.fix
+    assert hypothesis(report, "comm.p2p_unsupported").confidence < report.verdict.confidence
+
+
+def test_nvls_setup_that_completes_is_no_fabric_failure(tmp_path: Path) -> None:
+    done = "hgx1:3100:3140 [0] NCCL INFO comm 0x55d0c2a3e0a0 rank 0 nranks 4 cudaDev 0 busId"
+    log = _nvls_setup("hgx1", 3100, 0) + [
+        f"{done} 18000 commId 0x5c1e - Init COMPLETE",
+        "step 1 loss 2.31",
+        "step 2 loss 2.28",
+        "step 3 loss 2.25",
+        "step 4 loss 2.21",
+        "step 5 loss 2.19",
+        "step 6 loss 2.16",
+    ]
+    report = analyze_files(tmp_path, {"rank0.log": "\n".join(log)})
+    assert "comm.fabric" not in causes(report)
+
+
 # --- InfiniBand -------------------------------------------------------------------------
 
 
@@ -553,6 +589,25 @@ def test_store_port_in_use(tmp_path: Path) -> None:
     assert "29611" in top.title
     assert top.confidence == pytest.approx(0.9)
     assert top.location is not None and top.location.line == 6
+
+
+def test_a_torch_build_without_libuv(tmp_path: Path) -> None:
+    """torch >= 2.4 asks for the store's libuv backend by default; Windows wheels lack it."""
+    log = "\n".join(
+        [
+            "Traceback (most recent call last):",
+            '  File "C:\\venv\\Lib\\site-packages\\torch\\distributed\\rendezvous.py",'
+            " line 189, in _create_c10d_store",
+            "    return TCPStore(",
+            "RuntimeError: use_libuv was requested but PyTorch was build without libuv support",
+        ]
+    )
+    verdict = analyze_files(tmp_path, {"rank0.log": log}).verdict
+    assert verdict is not None and (verdict.cause_id, verdict.confidence) == (
+        "comm.rendezvous",
+        0.85,
+    )
+    assert "USE_LIBUV=0" in verdict.fix
 
 
 def test_store_unreachable(tmp_path: Path) -> None:

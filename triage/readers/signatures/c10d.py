@@ -181,6 +181,15 @@ signature(
     summary="the rendezvous store did not answer (its host stopped or cannot be reached)",
 )
 
+# TCPStore's libuv backend, the default since torch 2.4, is missing from builds without it
+# (the Windows wheels, some source builds): every store creation fails the same way.
+signature(
+    "c10d.libuv_missing",
+    r"use_libuv was requested but PyTorch was buil[dt] without libuv support",
+    anchors="use_libuv was requested",
+    summary="the rendezvous store asked for its libuv backend, which this torch build lacks",
+)
+
 # --- peers going away -------------------------------------------------------------------
 
 signature(

@@ -523,6 +523,15 @@ signature(
     summary="NCCL could not bind NVLink SHARP multicast memory: fabric manager or NVSwitch state is broken",
 )
 
+# NCCL_DEBUG=INFO's steps of NVLS setup (multicast support found, the comm's NVLS buffers,
+# binding its memory): a log whose last word is one of these stopped inside NVLS setup.
+signature(
+    "fabric.nvls_setup",
+    r"NCCL INFO NVLS (?P<step>multicast support|comm 0x[0-9a-fA-F]+|Bind mem|[A-Za-z]+)",
+    anchors="NCCL INFO NVLS ",
+    summary="NCCL set up NVLink SHARP (NVLS) multicast on an NVSwitch host (INFO)",
+)
+
 signature(
     "fabric.manager_version",
     r"(?:fabric manager )?NVIDIA GPU driver interface version (?P<fm_version>[\d.]+?)\.? "

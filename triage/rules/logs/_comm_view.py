@@ -58,6 +58,7 @@ FACTS = frozenset(
         "nccl.init",
         "nccl.comm_topology",
         "nccl.iommu",
+        "fabric.nvls_setup",
     }
 )
 
@@ -533,6 +534,16 @@ def stopped_at_init(evidence: EvidenceSet) -> list[Signal]:
             max(found, key=lambda item: item[1].line)[1].signature == "setup.init_announced"
             and not any(sig.signature == "setup.init_completed" for _, sig in found)
         ),
+    )
+
+
+def stopped_in_nvls(evidence: EvidenceSet) -> list[Signal]:
+    """The last line of each log whose last signal is a step of NCCL's NVLS setup: NVLS
+    multicast waits for the NVSwitch fabric (fabric manager, IMEX in a container) instead
+    of failing when it is not usable."""
+    return _stopped(
+        evidence,
+        lambda found: max(found, key=lambda item: item[1].line)[1].signature == "fabric.nvls_setup",
     )
 
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._comm_view import comm_view, quote
+from triage.rules.logs._comm_view import comm_view, quote, stopped_in_nvls
 from triage.rules.logs._signals import Found, ids, ranks_of, strongest
 from triage.text import rank_label
 
@@ -46,7 +46,9 @@ def fabric(evidence: EvidenceSet) -> Iterator[Finding]:
     interface version X don't match with driver version Y` and its systemd failure
     (`nvidia-fabricmanager.service: Control process exited`, `Job for
     nvidia-fabricmanager.service failed`, `fabric manager config file item: X has an invalid
-    value`).
+    value`). Weaker (0.6), a log with no error whose last NCCL word is a step of NVLS setup
+    (NCCL_DEBUG=INFO's `NVLS multicast support ...`, `NVLS comm ...`, `NVLS Bind mem ...`):
+    the multicast setup waits for a fabric it cannot use instead of failing.
 
     Why it happens:
     On NVSwitch systems (HGX/DGX A100, H100, H200, B200) the GPUs accept no CUDA work until
@@ -113,6 +115,11 @@ def fabric(evidence: EvidenceSet) -> Iterator[Finding]:
         code = nvls[0][1].fields["nvls_code"]
         what = f"a CUDA call in NCCL's NVLS (NVSwitch multicast) transport failed (error {code})"
         found.append((0.6, what, nvls, _FIX_NVLS))
+    if not found and view.silent():
+        stopped = stopped_in_nvls(evidence)
+        if stopped:
+            what = "the log stops in NCCL's NVLink SHARP (NVLS) multicast setup"
+            found.append((0.6, what, stopped, _FIX_NVLS))
     if not found:
         return
     (confidence, what, items, fix), every = strongest(found)

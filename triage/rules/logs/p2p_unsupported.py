@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._comm_view import comm_view, quote, stopped_after_setup
+from triage.rules.logs._comm_view import comm_view, quote, stopped_after_setup, stopped_in_nvls
 from triage.rules.logs._signals import ids, ranks_of
 from triage.text import rank_label
 
@@ -100,6 +100,8 @@ def p2p_unsupported(evidence: EvidenceSet) -> Iterator[Finding]:
         confidence -= 0.2
     if iommu:
         confidence += 0.1
+    if stopped_in_nvls(evidence):  # the last step named is NVLS setup (comm.fabric), not P2P
+        confidence -= 0.2
     host = next(iter(view.hosts), None)
     on = f" on {host}" if host else " on one host"
     ranks = ranks_of(s for _, s in view.of("nccl.init"))

@@ -33,6 +33,11 @@ _REACH_FIX = (
     "an IP on the data network, the port open in the firewall, and the store started "
     "(node 0 launched) before the others time out."
 )
+_LIBUV_FIX = (
+    "Use the store's classic backend: set USE_LIBUV=0 in the environment (torchrun and "
+    "init_process_group read it), `use_libuv=0` in an env:// or tcp:// init_method's query, or "
+    "TCPStore(..., use_libuv=False); or install a torch build with libuv."
+)
 
 
 @rule("logs.rendezvous", "comm.rendezvous")
@@ -44,7 +49,9 @@ def rendezvous(evidence: EvidenceSet) -> Iterator[Finding]:
     EADDRINUSE), clients timing out or being refused while connecting to (MASTER_ADDR,
     MASTER_PORT), hostnames that do not resolve (`Name or service not known`, gai errors),
     `Timed out after N seconds waiting for clients. X/Y clients joined`,
-    RendezvousTimeoutError / RendezvousConnectionError, DistStoreError; weaker (0.3), the
+    RendezvousTimeoutError / RendezvousConnectionError, DistStoreError, a torch build
+    without the store's default libuv backend (`use_libuv was requested but PyTorch was
+    build without libuv support`: Windows wheels since torch 2.4); weaker (0.3), the
     TCPStore client's bare `Socket Timeout` or `Stop_waiting response is expected`.
 
     Why it happens:
@@ -155,8 +162,12 @@ def _findings(view: CommView) -> list[Found]:
             else "could not connect"
         )
         found.append((0.75, f"torchelastic's rendezvous {name}", elastic, _REACH_FIX))
+    libuv = view.of("c10d.libuv_missing")
+    if libuv:
+        what = "the rendezvous store's libuv backend is missing from this torch build"
+        found.append((0.85, what, libuv, _LIBUV_FIX))
     store = view.of("c10d.store_error")
-    if store and not joined:
+    if store and not joined and not libuv:
         found.append((0.4 if view.origins else 0.55, "a store operation failed", store, _REACH_FIX))
     silent = view.of("c10d.store_socket")
     if silent and not store and not joined and not unreached:
