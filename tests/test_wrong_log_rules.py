@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import analyze_files, hypothesis
+from tests.conftest import analyze_files, hypothesis, requires_torch
 
 _ALERT = (
     "{op} does not have a deterministic implementation, but you set "
@@ -266,3 +266,42 @@ def test_the_evaluated_sample_count_against_the_dataset(
     top = report.hypotheses[0]
     assert (top.cause_id, top.confidence) == ("wrong.eval_sharding", 0.8)
     assert said in top.title and fix in top.fix
+
+
+def _meta_matmul_error() -> str:
+    """The meta kernel's own words for a matmul whose operands disagree (real torch)."""
+    import torch
+
+    with pytest.raises(RuntimeError) as raised:
+        torch.mm(torch.empty(9, 18, device="meta"), torch.empty(16, 10, device="meta"))
+    return f"RuntimeError: {raised.value}"
+
+
+_TP_FRAMES = (
+    "Traceback (most recent call last):\n"
+    '  File "/work/tp_plan.py", line 41, in <module>\n'
+    "    out = model(x)\n"
+    '  File "/venv/lib/python3.12/site-packages/torch/distributed/tensor/_dispatch.py",'
+    " line 160, in dispatch\n"
+    "    self.sharding_propagator.propagate(op_info)\n"
+)
+
+
+@requires_torch
+def test_a_matmul_refused_in_shape_propagation_is_a_placement(tmp_path: Path) -> None:
+    log = _TP_FRAMES + _meta_matmul_error() + "\n"
+    report = analyze_files(tmp_path, {"rank0.log": log, "rank1.log": log})
+    top = report.hypotheses[0]
+    assert (top.cause_id, top.confidence) == ("wrong.placement", 0.5)
+    assert "[9, 18] by [16, 10]" in top.summary
+
+
+@requires_torch
+def test_the_same_refusal_under_torch_compile_is_no_placement(tmp_path: Path) -> None:
+    log = (
+        _TP_FRAMES.replace("torch/distributed/tensor/_dispatch.py", "torch/_dynamo/utils.py")
+        + "torch._dynamo.exc.TorchRuntimeError: Failed running call_function <built-in method"
+        f" mm>: {_meta_matmul_error()}\n"
+    )
+    report = analyze_files(tmp_path, {"rank0.log": log})
+    assert all(h.cause_id != "wrong.placement" for h in report.hypotheses)

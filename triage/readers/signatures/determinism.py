@@ -140,6 +140,16 @@ signature(
     extract=_placements,
 )
 
+# The meta kernel of a matmul (torch/_meta_registrations.py) refusing its operands' shapes:
+# shapes checked on fake tensors, as DTensor's sharding propagation does. Eager CUDA or CPU
+# kernels word it `mat1 and mat2 shapes cannot be multiplied`.
+signature(
+    "dtensor.matmul_shapes",
+    r"a and b must have same reduction dim, but got \[(?P<a>[\d, ]+)\] X \[(?P<b>[\d, ]+)\]",
+    anchors="a and b must have same reduction dim",
+    summary="a matmul's shapes disagree in a shape check on fake tensors (DTensor's propagation)",
+)
+
 # --- wrong.seeding -----------------------------------------------------------------------
 
 # Lightning's seed_everything prints the seed per rank: `[rank: 1] Global seed set to 0`

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._comm_view import comm_view
-from triage.rules.logs._signals import ids, ranks_of, signals
+from triage.rules.logs._signals import ids, ranks_of, signals, tracebacks
 
 _FIX = (
     "Make the placements agree with what the op and the parallel plan assume: check the "
@@ -26,6 +27,9 @@ def placement(evidence: EvidenceSet) -> Iterator[Finding]:
     Two placements compared on one line (`placements (Shard(dim=0),) but ... expects
     (Partial(sum),)`, `Replicate() vs Shard(0)`), or an exception whose message is about a
     DTensor's placements (`ValueError: ... DTensor has placements (Shard(dim=0),),`).
+    Weaker (0.5), a matmul refused by its meta kernel (`a and b must have same reduction
+    dim, but got [9, 18] X [16, 10]`) outside torch.compile: DTensor checks shapes on fake
+    tensors, and an uneven shard re-wrapped as even fails there.
 
     Why it happens:
     A tensor-parallel plan whose layouts do not chain (a module's output placement is not
@@ -52,6 +56,7 @@ def placement(evidence: EvidenceSet) -> Iterator[Finding]:
         if "has" in s.fields or s.fields.get("got") != s.fields.get("want")
     ]
     if not found:
+        yield from _matmul_shapes(evidence)
         return
     fields = found[0][1].fields
     compared = "got" in fields
@@ -72,3 +77,43 @@ def placement(evidence: EvidenceSet) -> Iterator[Finding]:
         confirm="print `t.placements` of the op's inputs and output on one rank: one side "
         "differs from the plan's layout",
     )
+
+
+def _matmul_shapes(evidence: EvidenceSet) -> Iterator[Finding]:
+    """A matmul whose operands' shapes disagree in the meta kernel's check, outside
+    torch.compile: DTensor checks shapes on fake tensors as it propagates shardings, and a
+    shard re-wrapped with the wrong global size (an uneven split treated as even) fails
+    there. Under torch.compile the same check runs on the graph, and nothing says DTensor."""
+    found = signals(evidence, "dtensor.matmul_shapes")
+    if not found or _compiled(evidence):
+        return
+    fields = found[0][1].fields
+    ranks = ranks_of(s for _, s in found)
+    yield Finding(
+        title="a matmul's shapes disagree in DTensor's shape propagation",
+        summary=(
+            f"A matmul of [{fields.get('a')}] by [{fields.get('b')}] failed the meta kernel's"
+            " shape check, which runs on the fake tensors DTensor propagates shardings with:"
+            " the global shape of a sharded operand is not what its shards add up to, as"
+            " when an uneven shard is re-wrapped as an even one (use_local_output, a plain"
+            " tensor turned back into a DTensor)."
+        ),
+        ranks=ranks,
+        location=comm_view(evidence).location(ranks),
+        confidence=0.5,
+        evidence=ids(found)[:8],
+        fix=_FIX,
+        confirm="the failing op's inputs are DTensors whose shapes differ from what each"
+        " rank's shards add up to",
+    )
+
+
+def _compiled(evidence: EvidenceSet) -> bool:
+    """Whether the failure came through torch.compile: dynamo's frames or its wrapper."""
+    return any(
+        _COMPILED.search(f"{t.exception} {t.message}") or any("_dynamo" in f.file for f in t.frames)
+        for _, t in tracebacks(evidence)
+    ) or any(_COMPILED.search(s.text) for _, s in signals(evidence))
+
+
+_COMPILED = re.compile(r"torch\._dynamo|Failed running call_function|TorchRuntimeError")
