@@ -390,6 +390,16 @@ def test_sigkill_and_the_oom_killer_are_host_oom(tmp_path: Path) -> None:
     assert 0.5 <= sigkill_only.confidence < verdict.confidence
 
 
+def test_a_sigkill_line_cut_after_its_exit_code_is_still_a_sigkill(tmp_path: Path) -> None:
+    """A paste that lost the rank and pid after torchelastic's exit code."""
+    line = ELASTIC_SIGKILL.splitlines()[0].replace(
+        "local_rank: 1 (pid: 4002) of binary: /usr/bin/python3", "local_rankusr/bin/python3"
+    )
+    verdict = top(run_oom(tmp_path, {"launcher.log": line + "\n"}))
+    assert verdict.cause_id == "oom.host" and verdict.confidence >= 0.5
+    assert "exitcode: -9" in verdict.summary
+
+
 def test_dataloader_worker_killed(tmp_path: Path) -> None:
     verdict = top(run_oom(tmp_path, {"train.log": DATALOADER_KILLED}))
     assert verdict.cause_id == "oom.host" and verdict.confidence >= 0.85

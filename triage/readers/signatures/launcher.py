@@ -35,8 +35,9 @@ def _exit(found: re.Match[str]) -> dict[str, Any]:
 
 signature(
     "elastic.worker_failed",
-    r"failed \(exitcode: (?P<exitcode>-?\d+)\) local_rank: (?P<local_rank>\d+) \(pid: (?P<pid>\d+)\)"
-    r"(?: of binary: (?P<binary>\S+))?",
+    # the rank and pid after the exit code are lost in some pastes (`local_rankroot/...`)
+    r"failed \(exitcode: (?P<exitcode>-?\d+)\)"
+    r"(?: local_rank: (?P<local_rank>\d+) \(pid: (?P<pid>\d+)\)(?: of binary: (?P<binary>\S+))?)?",
     anchors="failed (exitcode:",
     summary="torchelastic saw a worker exit with an error",
     extract=_exit,
