@@ -3,7 +3,7 @@
 The baseline is what a person types first: `for p in PIDS; do py-spy dump --pid $p; done`.
 Both run in this process's run on the same hung job; the ratio is what matters.
 Target: triage at most 1.2x the baseline at 32 ranks (the dumps start before the CLI is
-imported, a few at a time beside the import; the environment is read while the stacks are
+imported, one per core beside the import; the environment is read while the stacks are
 parsed).
 On a 2-core host the floor is start-up plus about half the loop.
 
