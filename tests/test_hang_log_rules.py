@@ -1126,6 +1126,21 @@ def test_every_rank_reaching_exit_is_no_hang(tmp_path: Path) -> None:
     assert all(f.cause_id != "hang.rank_exited" for f in found)
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        "RuntimeError: RPCErr:1:RPC ran for more than 60000 milliseconds and timed out.",
+        "RuntimeError: RPC ran for more than set timeout (60000 ms) and will now be marked with"
+        " an error",
+    ],
+)
+def test_an_rpc_past_its_timeout(tmp_path: Path, line: str) -> None:
+    """torch.distributed.rpc's words, old and new, for a remote call past its timeout."""
+    found = diagnose(tmp_path, {"rank0.log": line + "\n"})
+    assert (found[0].cause_id, found[0].confidence) == ("hang.collective_timeout", 0.45)
+    assert "60000 ms" in found[0].summary and "rpc_timeout" in found[0].fix
+
+
 _HOROVOD_SHUT = (
     "{p}RuntimeError: Horovod has been shut down. This was caused by an exception on one of"
     " the ranks or an attempt to allreduce, allgather or broadcast a tensor after one of the"

@@ -129,6 +129,16 @@ signature(
     summary="this rank's process reached Python's exit with its process group still alive",
 )
 
+# torch.distributed.rpc: a remote call that outlived its timeout (60 s by default). Older
+# releases said `RPC ran for more than 60000 milliseconds and timed out`, newer ones `RPC ran
+# for more than set timeout (60000 ms) and will now be marked with an error`.
+signature(
+    "hang.rpc_timeout",
+    r"RPC ran for more than (?:set timeout \((?P<ms>\d+) ms\)|(?P<ms_old>\d+) milliseconds)",
+    anchors="RPC ran for more than",
+    summary="a torch.distributed.rpc call ran past its timeout: the callee is slow or stuck",
+)
+
 signature(
     "hang.watchdog_exception",
     r"Exception raised from (?P<where>checkTimeout|ncclCommWatchdog|watchdogHandler) at "

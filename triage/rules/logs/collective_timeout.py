@@ -24,6 +24,12 @@ _COLLECT = (
     "Recorder dumps on timeout and TORCH_DISTRIBUTED_DEBUG=DETAIL to turn a mismatch into an "
     "error naming the ranks; keep every rank's log (torchrun --redirects 3 --tee 3)."
 )
+_RPC = (
+    "Find what the called worker was doing (its stack with py-spy, its log): a long first "
+    "call (building a large model remotely, loading weights) needs a longer timeout "
+    "(rpc.init_rpc(..., rpc_backend_options=TensorPipeRpcBackendOptions(rpc_timeout=...)) or "
+    "the call's own timeout=), a stuck one a fix on that worker."
+)
 
 
 @rule("logs.collective_timeout", "hang.collective_timeout")
@@ -36,7 +42,8 @@ def collective_timeout(evidence: EvidenceSet) -> Iterator[Finding]:
     monitoredBarrier timeouts (or, from a rank that reached it, `received errors while waiting
     for send/recv from rank 0`: the ranks that never arrived are in rank 0's log), or,
     weakest, a watchdog whose heartbeat stopped, or the
-    watchdog's words and frames alone (`checkTimeout`, `ncclCommWatchdog`) with no details.
+    watchdog's words and frames alone (`checkTimeout`, `ncclCommWatchdog`) with no details;
+    a torch.distributed.rpc call past its timeout (`RPC ran for more than ... ms`, 0.45).
 
     Why it happens:
     Some rank did not reach the collective in time: it is elsewhere (evaluation,
@@ -59,6 +66,7 @@ def collective_timeout(evidence: EvidenceSet) -> Iterator[Finding]:
     torch.distributed docs, "Debugging torch.distributed applications"; Flight Recorder.
     """
     view = hang_log(evidence)
+    fix = _COLLECT
     stuck = signals(evidence, "hang.watchdog_stuck")
     aborted = [
         (e, s)
@@ -93,12 +101,24 @@ def collective_timeout(evidence: EvidenceSet) -> Iterator[Finding]:
             f"the NCCL watchdog reports a collective timeout{who} (the line that would say "
             "which collective is cut or missing)"
         )
+    elif rpc := signals(evidence, "hang.rpc_timeout"):
+        found, confidence, fix = rpc, 0.45, _RPC
+        fields = rpc[0][1].fields
+        after = fields.get("ms") or fields.get("ms_old")
+        what = (
+            f"a torch.distributed.rpc call ran past its timeout{f' of {after} ms' if after else ''}"
+            ": the worker it called was slow (building or loading a large module) or stuck"
+        )
     else:
         return
     timed_out = sorted(view.waiting)
     same = view.one_wait()
     quiet = view.silent()
-    title = "a collective timed out; the rank that held it up is not in the logs"
+    title = (
+        "a remote call (torch.distributed.rpc) timed out"
+        if fix is _RPC
+        else "a collective timed out; the rank that held it up is not in the logs"
+    )
     tail = ""
     if same and len(timed_out) > 1 and quiet:
         title = "a collective timed out; no log says why"
@@ -118,7 +138,7 @@ def collective_timeout(evidence: EvidenceSet) -> Iterator[Finding]:
         location=view.location(timed_out),
         confidence=confidence,
         evidence=ids(found[:8]),
-        fix=_COLLECT,
+        fix=fix,
         confirm=(
             "every rank's stack or Flight Recorder entry shows the same collective (a transport "
             "stall), not one rank elsewhere"
