@@ -399,6 +399,38 @@ def test_nvls_setup_that_completes_is_no_fabric_failure(tmp_path: Path) -> None:
     assert "comm.fabric" not in causes(report)
 
 
+_RAY_SHM = (
+    "2025-03-02 10:11:12,283 WARNING services.py:1996 -- WARNING: The object store is using"
+    " /tmp instead of /dev/shm because /dev/shm has only {size} bytes available. This will"
+    " harm performance! You may be able to free up space by deleting files in /dev/shm."
+)
+
+
+@pytest.mark.parametrize(("size", "shm"), [(67108864, True), (8 << 30, False)])
+def test_ray_measuring_a_small_dev_shm(tmp_path: Path, size: int, shm: bool) -> None:
+    """Ray's start-up warning gives the container's /dev/shm: 64 MB is Docker's default."""
+    log = _RAY_SHM.format(size=size) + "\nINFO worker.py:1673 -- Started a local Ray instance.\n"
+    report = analyze_files(tmp_path, {"serve.log": log})
+    found = {h.cause_id: h for h in report.hypotheses}
+    assert ("comm.shm_exhausted" in found) is shm
+    if shm:
+        assert found["comm.shm_exhausted"].confidence == 0.5
+        assert "64 MB" in found["comm.shm_exhausted"].title
+
+
+def test_the_raylet_refusing_a_request_larger_than_dev_shm(tmp_path: Path) -> None:
+    log = (
+        "[2026-03-25 05:44:29,435 W 39 39] (raylet) store_runner.cc:83: System memory request"
+        " exceeds memory available in /dev/shm. The request is for 10200547328 bytes, and the"
+        " amount available is 9663676416 bytes.\n"
+    )
+    verdict = analyze_files(tmp_path, {"raylet.out": log}).verdict
+    assert verdict is not None and (verdict.cause_id, verdict.confidence) == (
+        "comm.shm_exhausted",
+        0.75,
+    )
+
+
 # --- InfiniBand -------------------------------------------------------------------------
 
 

@@ -386,6 +386,25 @@ signature(
     summary="torch could not create a tensor's shared-memory file (DataLoader workers, CPU sharing)",
 )
 
+# Ray measures /dev/shm when it starts its object store (vLLM, verl and Ray Train jobs start
+# Ray), and its raylet says when a request does not fit: the container's /dev/shm size.
+signature(
+    "shm.ray_small",
+    r"object store is using /tmp instead of /dev/shm because /dev/shm has only (?P<bytes>\d+)"
+    r" bytes available",
+    anchors="instead of /dev/shm because /dev/shm has only",
+    summary="Ray found /dev/shm small (the container's default 64 MB, or little free)",
+    extract=lambda found: {"bytes": int(found["bytes"])},
+)
+
+signature(
+    "shm.ray_request",
+    r"System memory request exceeds memory available in /dev/shm\.(?: The request is for"
+    r" (?P<request>\d+) bytes, and the amount available is (?P<bytes>\d+) bytes)?",
+    anchors="System memory request exceeds memory available in /dev/shm",
+    summary="Ray's object store asked /dev/shm for more than it holds",
+)
+
 signature(
     "shm.dataloader_bus_error",
     r"Unexpected bus error encountered in worker|insufficient shared memory \(shm\)"

@@ -69,6 +69,7 @@ SPECIFIC = frozenset(
         "shm.no_space",
         "shm.torch_file",
         "shm.dataloader_bus_error",
+        "shm.ray_request",
         "nccl.no_interface",
         "nccl.socket_family",
         "nccl.connect_failed",

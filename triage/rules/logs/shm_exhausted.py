@@ -16,6 +16,9 @@ _FD_LIMIT = re.compile(r"Too many open files")
 #: A process's own crash report of a bus error: the shell's, a signal handler's (UCX's
 #: `Caught signal 7 (Bus error: ...)`, Open MPI's `Signal: Bus error (7)`), glog's.
 _BUS_ERROR = re.compile(r"Bus error|SIGBUS")
+#: /dev/shm below this is too small for NCCL's shared-memory transport between a few GPUs
+#: (Docker's default is 64 MB).
+_SMALL = 1 << 30
 _SHM_TEXT = re.compile(r"shared memory|/dev/shm|shm|init_process_group|all_reduce|barrier")
 _FIX = (
     "Enlarge /dev/shm (docker --shm-size=16g or --ipc=host; a Memory emptyDir at /dev/shm on "
@@ -38,7 +41,10 @@ def shm_exhausted(evidence: EvidenceSet) -> Iterator[Finding]:
     `unable to write to file </torch_...>: No space left on device`; DataLoader's
     `Unexpected bus error ... insufficient shared memory (shm)` and workers killed by a bus
     error; a rank killed by SIGBUS, or reporting its own bus error (a shell's `Bus error`, a
-    signal handler's `Caught signal 7 (Bus error: ...)`). Without any of these, NCCL's bare `unhandled system
+    signal handler's `Caught signal 7 (Bus error: ...)`); Ray's raylet refusing an object
+    store request larger than /dev/shm (0.75); weaker (0.5), with no failure named, Ray's
+    start-up warning that /dev/shm holds under 1 GB (`/dev/shm has only 67108864 bytes
+    available`): a container left at Docker's default. Without any of these, NCCL's bare `unhandled system
     error` on one host (nothing names the failing call) ranks /dev/shm low (0.35), as the
     usual one of the candidates.
 
@@ -109,6 +115,13 @@ def shm_exhausted(evidence: EvidenceSet) -> Iterator[Finding]:
             )
         else:
             found.append((0.6, "torch could not map a shared-memory tensor file", files, _FIX))
+    if ray := view.of("shm.ray_request"):
+        found.append((0.75, "Ray's object store asked /dev/shm for more than it holds", ray, _FIX))
+    small = [(e, s) for e, s in view.of("shm.ray_small") if s.fields.get("bytes", 0) < _SMALL]
+    if small and not found:
+        size = small[0][1].fields["bytes"] >> 20
+        what = f"/dev/shm holds only {size} MB here (Ray measured it)"
+        found.append((0.5, what, small, _FIX))
     if sigbus and not found:
         found.append(
             (0.5, "a rank was killed by SIGBUS (an mmap of /dev/shm past its size)", sigbus, _FIX)
