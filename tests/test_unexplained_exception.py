@@ -15,35 +15,35 @@ import pytest
 from tests.conftest import analyze_files
 from triage.readers.logscan import scan_file
 
-SHAPES = "RuntimeError: a and b must have same reduction dim, but got [1, 6] X [5, 5]."
+UNREAD = "RuntimeError: expected scalar type Half but found Float"
 
 
 def test_a_pasted_exception_line_is_a_traceback_without_frames(tmp_path: Path) -> None:
     log = tmp_path / "rank1.log"
-    log.write_text(f"step 3 loss 2.31\n[rank1]:{SHAPES}\n")
+    log.write_text(f"step 3 loss 2.31\n[rank1]:{UNREAD}\n")
     records = scan_file(log).tracebacks
     assert [(r.exception, r.message, r.rank, r.frames) for r in records] == [
-        ("RuntimeError", SHAPES.split(": ", 1)[1], 1, [])
+        ("RuntimeError", UNREAD.split(": ", 1)[1], 1, [])
     ]
 
 
 def test_an_exception_no_rule_reads_is_a_low_config_guess(tmp_path: Path) -> None:
     """Read alone, an exception does not say whether the job hung behind it: a setup error
     first, the rank that exited under its peers second."""
-    report = analyze_files(tmp_path, {"rank1.log": f"[rank1]:{SHAPES}"})
+    report = analyze_files(tmp_path, {"rank1.log": f"[rank1]:{UNREAD}"})
     assert [(h.cause_id, h.rule_id) for h in report.hypotheses] == [
         ("config.unknown", "logs.unexplained_exception"),
         ("hang.rank_exited", "logs.rank_raised"),
     ]
     for hypothesis in report.hypotheses:
         assert hypothesis.confidence < 0.3 and hypothesis.ranks == [1]
-    assert "reduction dim" in report.hypotheses[0].title
+    assert "scalar type Half" in report.hypotheses[0].title
     assert report.hypotheses[1].title.startswith("an exception ended rank 1:")
 
 
 def test_the_guess_gives_way_to_any_other_finding(tmp_path: Path) -> None:
     oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
-    report = analyze_files(tmp_path, {"rank0.log": f"{SHAPES}\n{oom}"})
+    report = analyze_files(tmp_path, {"rank0.log": f"{UNREAD}\n{oom}"})
     assert report.hypotheses
     last_resorts = ("logs.unexplained_exception", "logs.rank_raised")
     assert all(h.rule_id not in last_resorts for h in report.hypotheses)
@@ -101,7 +101,7 @@ def test_a_traceback_cut_before_its_exception_is_a_failure_without_a_name(tmp_pa
 
 
 def test_an_exception_no_rule_reads_still_hands_over_to_its_playbook(tmp_path: Path) -> None:
-    report = analyze_files(tmp_path, {"rank1.log": f"[rank1]:{SHAPES}"})
+    report = analyze_files(tmp_path, {"rank1.log": f"[rank1]:{UNREAD}"})
     assert report.symptom == "config"
 
 
