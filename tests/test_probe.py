@@ -365,7 +365,8 @@ def test_a_signal_makes_an_installed_rank_write_a_snapshot(tmp_path: Path) -> No
     assert [t.name for t in snap.tensors] == ["weight", "bias"]
     assert all(t.value is not None for t in snap.tensors)  # CPU tensors are read
     main = next(s for s in snap.stacks if s.thread == "MainThread")
-    assert main.frames[0].function == "<module>" and main.frames[0].line == 6  # time.sleep
+    # in time.sleep, or still returning from the ready print when the signal lands
+    assert main.frames[0].function == "<module>" and main.frames[0].line in (5, 6)
     assert "--signal-probe: sent triage.probe's signal to 1 ranks" in asked.note()
 
 
