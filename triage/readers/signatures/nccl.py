@@ -546,7 +546,7 @@ signature(
 # binding its memory): a log whose last word is one of these stopped inside NVLS setup.
 signature(
     "fabric.nvls_setup",
-    r"NCCL INFO NVLS (?P<step>multicast support|comm 0x[0-9a-fA-F]+|Bind mem|[A-Za-z]+)",
+    r"NCCL INFO NVLS [A-Za-z]",
     anchors="NCCL INFO NVLS ",
     summary="NCCL set up NVLink SHARP (NVLS) multicast on an NVSwitch host (INFO)",
 )

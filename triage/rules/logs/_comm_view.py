@@ -541,10 +541,16 @@ def stopped_at_init(evidence: EvidenceSet) -> list[Signal]:
 def stopped_in_nvls(evidence: EvidenceSet) -> list[Signal]:
     """The last line of each log whose last signal is a step of NCCL's NVLS setup: NVLS
     multicast waits for the NVSwitch fabric (fabric manager, IMEX in a container) instead
-    of failing when it is not usable."""
-    return _stopped(
-        evidence,
-        lambda found: max(found, key=lambda item: item[1].line)[1].signature == "fabric.nvls_setup",
+    of failing when it is not usable. Computed once per evidence set: the fabric rule names
+    it, and the P2P rule yields to it."""
+    return evidence.derived(
+        "stopped_in_nvls",
+        lambda: _stopped(
+            evidence,
+            lambda found: (
+                max(found, key=lambda item: item[1].line)[1].signature == "fabric.nvls_setup"
+            ),
+        ),
     )
 
 

@@ -67,6 +67,7 @@ def collective_timeout(evidence: EvidenceSet) -> Iterator[Finding]:
     """
     view = hang_log(evidence)
     fix = _COLLECT
+    title = "a collective timed out; the rank that held it up is not in the logs"
     stuck = signals(evidence, "hang.watchdog_stuck")
     aborted = [
         (e, s)
@@ -103,6 +104,7 @@ def collective_timeout(evidence: EvidenceSet) -> Iterator[Finding]:
         )
     elif rpc := signals(evidence, "hang.rpc_timeout"):
         found, confidence, fix = rpc, 0.45, _RPC
+        title = "a remote call (torch.distributed.rpc) timed out"
         fields = rpc[0][1].fields
         after = fields.get("ms") or fields.get("ms_old")
         what = (
@@ -114,11 +116,6 @@ def collective_timeout(evidence: EvidenceSet) -> Iterator[Finding]:
     timed_out = sorted(view.waiting)
     same = view.one_wait()
     quiet = view.silent()
-    title = (
-        "a remote call (torch.distributed.rpc) timed out"
-        if fix is _RPC
-        else "a collective timed out; the rank that held it up is not in the logs"
-    )
     tail = ""
     if same and len(timed_out) > 1 and quiet:
         title = "a collective timed out; no log says why"

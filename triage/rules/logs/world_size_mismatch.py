@@ -210,15 +210,15 @@ def _sharded_checkpoint(evidence: EvidenceSet) -> list[Found]:
     (or the reverse). A different model size changes both dimensions of a square weight, or
     by no whole factor."""
     items = signals(evidence, "setup.state_dict_shard")
-    factors = [_shard_factor(s.fields["saved"], s.fields["now"]) for _, s in items]
+    factors = {_shard_factor(s.fields["saved"], s.fields["now"]) for _, s in items}
     # a matrix split along one side, not a vector alone (a vocabulary twice the size)
     matrix = any("," in s.fields["saved"].strip(", ") for _, s in items)
-    if not items or not matrix or None in factors or len(set(factors)) != 1:
+    if not matrix or len(factors) != 1:
         return []
-    first = factors[0]
-    if first is None:
+    (factor,) = factors
+    if factor is None:
         return []
-    ways, saved_smaller = first
+    ways, saved_smaller = factor
     what = (
         f"the checkpoint holds 1/{ways} of each tensor: it was saved at a parallel size {ways}"
         " times this run's"
