@@ -434,6 +434,38 @@ def test_the_raylet_refusing_a_request_larger_than_dev_shm(tmp_path: Path) -> No
 # --- InfiniBand -------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    "warning",
+    [
+        "NET/OFI Request 0x7fbb944701b8 completed with error. RC: 20. Error: unknown error."
+        " Completed length: 0, Request: { buffer_index: 255, dev: 1, size: 0 }",
+        "NET/OFI Unable to insert remote address into address vector for device 0. RC: -22",
+        "NET/OFI Remote write completed with error. RC: 5. Flags: 0. Error: 5 (Input/output"
+        " error). Completed length: 0",
+    ],
+)
+def test_efa_plugin_failures_are_the_rdma_fabric(tmp_path: Path, warning: str) -> None:
+    """aws-ofi-nccl's NCCL_OFI_WARN lines (its source's wording): EFA could not reach a peer."""
+    log = "\n".join(
+        [
+            "node-1:35:89 [5] NCCL INFO NET/OFI Selected Provider is efa (found 4 nics)",
+            f"node-1:35:89 [5] ofi_process_cq:1039 NCCL WARN {warning}",
+        ]
+    )
+    verdict = analyze_files(tmp_path, {"rank5.log": log}).verdict
+    assert verdict is not None and (verdict.cause_id, verdict.confidence) == (
+        "comm.infiniband",
+        0.6,
+    )
+    assert "security group" in verdict.fix
+
+
+def test_efa_provider_selection_alone_is_no_failure(tmp_path: Path) -> None:
+    log = "node-1:35:89 [5] NCCL INFO NET/OFI Selected Provider is efa (found 4 nics)"
+    report = analyze_files(tmp_path, {"rank5.log": log})
+    assert "comm.infiniband" not in causes(report)
+
+
 def test_ibv_reg_mr_out_of_locked_memory(tmp_path: Path) -> None:
     log = "\n".join(
         [

@@ -573,6 +573,63 @@ def test_script_reading_an_unset_local_rank(tmp_path: Path) -> None:
     assert "LOCAL_RANK" in verdict.title and "torchrun" in verdict.fix
 
 
+def _ccl(level: str, text: str) -> str:
+    """A line as oneCCL's logger writes it: `|CCL_<LEVEL>| file.cpp:N function: message`."""
+    return f"2025:03:02-10:11:12:(41207) |CCL_{level}| {text}"
+
+
+_CCL_NO_LOCAL = _ccl(
+    "WARN",
+    "could not get local_idx/count from environment variables, trying to get them from ATL",
+)
+
+
+def test_oneccl_without_a_launcher_naming_local_ranks(tmp_path: Path) -> None:
+    """oneCCL learns the local rank/count from its launcher's variables; without them it
+    fails in getenv_local_coord (the failure names it: the strong reading)."""
+    log = "\n".join(
+        [
+            _ccl("WARN", "did not find MPI-launcher specific variables, switch to ATL/OFI"),
+            _CCL_NO_LOCAL,
+            _ccl("ERROR", "global.cpp:150 getenv_local_coord: condition local_proc_idx failed"),
+            "RuntimeError: oneCCL: global.cpp:150 getenv_local_coord: EXCEPTION",
+        ]
+    )
+    verdict = top(analyze_files(tmp_path, {"rank0.log": log}))
+    assert (verdict.cause_id, verdict.confidence) == ("config.env_missing", 0.7)
+    assert "CCL_LOCAL_RANK" in verdict.fix and "CCL_PROCESS_LAUNCHER" in verdict.fix
+
+
+def test_oneccls_local_rank_warning_alone_is_no_failure(tmp_path: Path) -> None:
+    """The warning precedes a healthy start when the transport supplies the coordinates."""
+    log = "\n".join([_CCL_NO_LOCAL, "step 1 loss 2.31", "step 2 loss 2.28"])
+    report = analyze_files(tmp_path, {"rank0.log": log})
+    assert "config.env_missing" not in [h.cause_id for h in report.hypotheses]
+
+
+def test_oneccl_finding_no_libfabric_provider(tmp_path: Path) -> None:
+    log = "\n".join(
+        [
+            _ccl("ERROR", "atl_ofi_helper.cpp:867 fi_getinfo error: ret -61, providers 0"),
+            _ccl("ERROR", "atl_ofi.cpp:243 init: can't find suitable provider"),
+            _ccl(
+                "ERROR", "atl_ofi_comm.cpp:278 init_transport: condition transport->init() failed"
+            ),
+        ]
+    )
+    report = analyze_files(tmp_path, {"rank0.log": log})
+    verdict = top(report)
+    assert (verdict.cause_id, verdict.confidence) == ("config.env_missing", 0.45)
+    assert "FI_PROVIDER_PATH" in verdict.fix and "--shm-size" in verdict.fix
+    assert "comm.unknown" not in [h.cause_id for h in report.hypotheses]
+
+
+def test_a_bare_oneccl_error_is_an_unexplained_comm_failure(tmp_path: Path) -> None:
+    log = _ccl("ERROR", "ze_handle_exchange.cpp:312 recv_fd: unexpected error in recvmsg")
+    verdict = top(analyze_files(tmp_path, {"rank0.log": log}))
+    assert verdict.cause_id == "comm.unknown"
+
+
 # --- config.device_assignment ------------------------------------------------------------
 
 

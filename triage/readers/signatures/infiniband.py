@@ -66,6 +66,24 @@ signature(
     summary="the InfiniBand device reported an asynchronous fault (port down, fatal device error)",
 )
 
+# NCCL's OFI net plugin (aws-ofi-nccl, EFA's transport) warns as `NET/OFI ...`: a request or
+# remote write that completed with an error, a peer address libfabric would not insert, a
+# completion queue it could not read. Its INFO lines (provider selection) are not failures.
+signature(
+    "nccl.ofi_error",
+    r"NET/OFI (?P<what>Request \S+ (?:\(\w+\) )?completed with error|Remote write completed with error|"
+    r"Unable to insert remote address into address vector|"
+    r"Unable to (?:read from fi_cq_readerr|retrieve completion queue entries))"
+    r"(?:.*?\bRC: (?P<rc>-?\d+))?",
+    anchors=(
+        "completed with error",
+        "into address vector",
+        "fi_cq_readerr",
+        "completion queue entries",
+    ),
+    summary="NCCL's OFI (libfabric/EFA) plugin failed a request to a peer",
+)
+
 signature(
     "ib.memlock",
     r"RLIMIT_MEMLOCK is (?P<bytes>\d+) bytes",

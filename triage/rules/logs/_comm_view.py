@@ -80,7 +80,10 @@ SPECIFIC = frozenset(
         "nccl.ib_verbs_failed",
         "nccl.ib_completion_error",
         "nccl.ib_async_event",
+        "nccl.ofi_error",
         "ib.memlock",
+        "ccl.local_coord_missing",
+        "ccl.no_provider",
         "nccl.p2p_failed",
         "driver.insufficient",
         "driver.too_old",
@@ -129,7 +132,7 @@ COLLECTIVE_TIMEOUT = re.compile(
 #: Signatures of a rank that timed out waiting in a collective.
 _WAITED = ("hang.watchdog_timeout", "hang.gloo_timeout")
 
-_COMM_FAMILIES = ("nccl.", "gloo.", "c10d.", "net.", "shm.", "ib.", "driver.")
+_COMM_FAMILIES = ("nccl.", "gloo.", "c10d.", "net.", "shm.", "ib.", "driver.", "ccl.")
 _COMM_TEXT = re.compile(
     r"NCCL|nccl|gloo|Gloo|DistBackendError|DistNetworkError|DistStoreError|ProcessGroup|"
     r"collective|Watchdog|Rendezvous|TCPStore|[Cc]onnection"

@@ -12,7 +12,7 @@ from triage.rules.logs._signals import Signal, ranks_of
 from triage.text import rank_label
 
 _COMM_ERROR = re.compile(r"NCCL error|NCCL Error|nccl\w*Error|[Gg]loo|ProcessGroupNCCL")
-_GENERIC = ("nccl.error", "nccl.error_trace", "generic.comm_failure")
+_GENERIC = ("nccl.error", "nccl.error_trace", "generic.comm_failure", "ccl.error")
 
 
 @rule("logs.comm_unknown", "comm.unknown")
@@ -23,7 +23,7 @@ def comm_unknown(evidence: EvidenceSet) -> Iterator[Finding]:
     torch's `NCCL error in: ... unhandled system error / internal error / invalid usage`,
     NCCL result codes (ncclSystemError, ncclInternalError, ...), NCCL_DEBUG=INFO's trace of
     a failed call (`transport/net.cc:1012 -> 2`), NCCL WARN lines other than
-    harmless plugin probes, gloo's `connectFullMesh failed`, with none of the signatures that
+    harmless plugin probes, gloo's `connectFullMesh failed`, oneCCL's `|CCL_ERROR|`, with none of the signatures that
     name a cause (shared memory, interface, InfiniBand, P2P, rendezvous, versions), no lost
     peer, and no failure of another family (a duplicate GPU, an OOM, a timeout) that its own
     rules explain.

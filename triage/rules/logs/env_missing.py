@@ -21,6 +21,21 @@ _FIX = (
     "os.environ.get(NAME, default)."
 )
 
+_LOCAL_COORD = re.compile(r"local_coord|local_idx")
+_CCL_TEXT = re.compile(r"init_process_group|ProcessGroup|ccl|xccl")
+_CCL_LOCAL_FIX = (
+    "oneCCL reads each process's local rank and count from its launcher: run under mpirun "
+    "(MPI_LOCALRANKID/MPI_LOCALNRANKS), or set CCL_PROCESS_LAUNCHER=torchrun under torchrun "
+    "(LOCAL_RANK/LOCAL_WORLD_SIZE), or CCL_PROCESS_LAUNCHER=none with CCL_LOCAL_RANK and "
+    "CCL_LOCAL_SIZE exported per process (what a launcher such as accelerate must set)."
+)
+_CCL_PROVIDER_FIX = (
+    "`fi_info -l` lists the libfabric providers the process sees: point FI_PROVIDER_PATH at "
+    "the providers oneCCL ships (`lib/prov` beside its libfabric), name one that exists with "
+    "FI_PROVIDER (tcp, shm, efa, ...), or use CCL_ATL_TRANSPORT=mpi under mpirun; in a "
+    "container, give /dev/shm room (`--shm-size`) for the shm provider."
+)
+
 _EMPTY_FIX = (
     "Give the launcher the address instead of letting it derive one: `deepspeed --master_addr "
     "IP`, `torchrun --master-addr IP` or `--rdzv-endpoint IP:PORT`, MASTER_ADDR exported from "
@@ -43,7 +58,10 @@ def env_missing(evidence: EvidenceSet) -> Iterator[Finding]:
     a launch command or environment whose MASTER_ADDR / --master_addr is empty (DeepSpeed's
     `Using IP address of  for node`: the address it derived from `hostname -I` was blank);
     weaker: `Default process group has not been initialized` and DeepSpeed's `Not using
-    the DeepSpeed or dist launchers` (the script ran without a launcher).
+    the DeepSpeed or dist launchers` (the script ran without a launcher). Intel oneCCL's
+    `could not get local_idx/count from environment variables` beside its failure (0.7 when
+    the failure names the local coordinates, else 0.45), and its OFI transport finding no
+    libfabric provider (`fi_getinfo error`, `can't find suitable provider`: 0.45).
 
     Why it happens:
     The script was started with plain `python` instead of torchrun/srun/deepspeed, a
@@ -73,6 +91,7 @@ def env_missing(evidence: EvidenceSet) -> Iterator[Finding]:
     empty = signals(evidence, "setup.empty_master_addr")
     items = explicit or read or empty or weak
     if not items:
+        yield from _oneccl(evidence)
         return
     names = sorted(
         {
@@ -109,4 +128,35 @@ def env_missing(evidence: EvidenceSet) -> Iterator[Finding]:
         fix=fix,
         confirm="`cat /proc/PID/environ | tr '\\0' '\\n' | grep -E 'RANK|WORLD|MASTER'` on a rank "
         "lacks the variable (or the job was started with plain python)",
+    )
+
+
+def _oneccl(evidence: EvidenceSet) -> Iterator[Finding]:
+    """oneCCL's set-up from the environment: no launcher variable gave it the local rank
+    and count (a warning that precedes success when its transport supplies them, so it
+    counts only beside a failure), or libfabric offered its OFI transport no provider."""
+    local = signals(evidence, "ccl.local_coord_missing")
+    errors = signals(evidence, "ccl.error")
+    failed = errors or tracebacks(evidence)
+    providers = signals(evidence, "ccl.no_provider")
+    if local and failed:
+        about = any(_LOCAL_COORD.search(str(s.fields.get("message", ""))) for _, s in errors)
+        what = "oneCCL found no launcher variable naming each process's local rank and count"
+        items, confidence, fix = local + errors, 0.7 if about else 0.45, _CCL_LOCAL_FIX
+    elif providers:
+        what = "oneCCL's OFI transport found no usable libfabric provider"
+        items, confidence, fix = providers, 0.45, _CCL_PROVIDER_FIX
+    else:
+        return
+    ranks = ranks_of(s for _, s in items)
+    yield Finding(
+        title=what,
+        summary=f"{what}: `{items[0][1].text[:200]}`",
+        ranks=ranks,
+        location=comm_view(evidence).location(ranks, _CCL_TEXT),
+        confidence=confidence,
+        evidence=ids(items)[:12],
+        fix=fix,
+        confirm="the same launch with the variables set (or under mpirun) gets past oneCCL's "
+        "initialisation",
     )

@@ -18,6 +18,13 @@ _MEMLOCK_FIX = (
     "`* soft/hard memlock unlimited` in /etc/security/limits.conf; "
     "`--ulimit memlock=-1` for docker; LimitMEMLOCK=infinity for systemd/Slurm daemons)."
 )
+_OFI_FIX = (
+    "Check that the hosts reach each other over EFA/libfabric: the security group must allow "
+    "all inbound and outbound traffic to and from itself, the instances share a subnet or "
+    "placement group, and `fi_pingpong -p efa` works between them; check `fi_info -p efa`, "
+    "FI_* overrides and the aws-ofi-nccl and libfabric versions, and whether the peer rank died "
+    "first. NCCL_NET=Socket confirms by leaving the plugin out (slowly)."
+)
 _QP_FIX = (
     "Check the fabric between the hosts with `ibv_devinfo` (ports ACTIVE), `show_gids` and "
     "perftest (`ib_write_bw`) using the same device and GID; set NCCL_IB_GID_INDEX to the "
@@ -34,7 +41,10 @@ def infiniband(evidence: EvidenceSet) -> Iterator[Finding]:
     `Call to ibv_reg_mr/ibv_create_qp/ibv_modify_qp failed ...`, `NET/IB : Got completion
     from peer ... with error N` (12 = IBV_WC_RETRY_EXC_ERR, transport retries exceeded),
     asynchronous device events (port error, fatal event), libibverbs' RLIMIT_MEMLOCK warning,
-    and a multi-host NCCL log over IB that stops during communicator setup.
+    and a multi-host NCCL log over IB that stops during communicator setup. NCCL's OFI
+    plugin (aws-ofi-nccl: EFA, libfabric) reporting `NET/OFI Request ... completed with
+    error`, a remote write completed with error, `Unable to insert remote address into address
+    vector` or an unreadable completion queue (0.6; 0.4 beside another rank's own failure).
 
     Why it happens:
     Memory registration needs locked memory (`ulimit -l`, often 64 KB in containers) and,
@@ -138,6 +148,17 @@ def _findings(view: CommView) -> list[Found]:
                 "Check the links of the named peer hosts (`ibstat`, switch counters), then "
                 + _QP_FIX[0].lower()
                 + _QP_FIX[1:],
+            )
+        )
+    ofi = view.of("nccl.ofi_error")
+    if ofi:
+        what = str(ofi[0][1].fields.get("what", "a request failed"))
+        found.append(
+            (
+                0.4 if view.origins else 0.6,
+                f"NCCL's OFI (libfabric/EFA) plugin: {what[:1].lower() + what[1:]}",
+                ofi,
+                _OFI_FIX,
             )
         )
     if view.multi_host and view.stalled_in_setup() and view.uses_ib():
