@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -88,3 +89,46 @@ def test_hang_from_logs_alone_names_the_rank_past_the_loop() -> None:
     assert done.returncode == 0, done.stderr
     top = json.loads(done.stdout)["hypotheses"][0]
     assert (top["cause_id"], top["ranks"]) == ("hang.uneven_inputs", [2])
+
+
+def test_the_command_exits_with_its_code_its_whole_output_and_its_exit_handlers(
+    tmp_path: Path,
+) -> None:
+    """The console script skips the interpreter's teardown (`triage.entry.leave`): what it
+    printed, its exit code, the exit handlers (here a plugin's) and the stdin scratch copy's
+    removal must all survive that."""
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    marker = tmp_path / "exit-handler-ran"
+    (plugins / "at_exit.py").write_text(
+        f"import atexit, pathlib\natexit.register(pathlib.Path({str(marker)!r}).touch)\n"
+    )
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "TRIAGE_PLUGINS": str(plugins), "TMPDIR": str(scratch)}
+    pasted = "".join(f"step {i} loss 2.{i:02d}\n" for i in range(3_000))
+    pasted += "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    done = subprocess.run(
+        triage_cli("analyze", "-", "--json"),
+        input=pasted,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["hypotheses"][0]["cause_id"].startswith("oom.")
+    assert marker.exists()
+    assert not list(scratch.iterdir())
+    quiet = subprocess.run(
+        triage_cli("analyze", "-"),
+        input="step 1 loss 2.0\n",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert quiet.returncode == 1 and "no failure found" in quiet.stderr
+    assert run("analyze", "--no-such-option").returncode == 2
