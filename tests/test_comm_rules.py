@@ -802,6 +802,37 @@ def test_unexplained_nccl_error_asks_for_nccl_debug(tmp_path: Path) -> None:
     assert top.confidence < 0.4
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1331, unhandled"
+        " cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.18.5",
+        "UnknownError (see above for traceback): ncclCommInitRank failed: unhandled cuda error",
+    ],
+    ids=["torch", "horovod"],
+)
+def test_a_bare_unhandled_cuda_error_suspects_the_versions(tmp_path: Path, line: str) -> None:
+    """No line names the CUDA call NCCL made: the NCCL/CUDA/driver versions lead, weakly."""
+    verdict = analyze_files(tmp_path, {"rank0.log": line}).verdict
+    assert verdict is not None and (verdict.cause_id, verdict.confidence) == (
+        "comm.version_mismatch",
+        0.3,
+    )
+    assert "torch.cuda.nccl.version()" in verdict.fix
+
+
+def test_an_unhandled_cuda_error_with_its_cause_named_is_that_cause(tmp_path: Path) -> None:
+    log = "\n".join(
+        [
+            "gpu1:800:820 [0] NCCL WARN Cuda failure 'out of memory'",
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+            "RuntimeError: NCCL Error 1: unhandled cuda error",
+        ]
+    )
+    report = analyze_files(tmp_path, {"rank0.log": log})
+    assert "comm.version_mismatch" not in causes(report)
+
+
 # --- signatures across versions ---------------------------------------------------------
 
 

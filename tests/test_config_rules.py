@@ -686,6 +686,43 @@ def test_same_bus_on_different_hosts_is_fine(tmp_path: Path) -> None:
 # --- config.world_size_mismatch ----------------------------------------------------------
 
 
+def test_two_layers_counting_different_worlds(tmp_path: Path) -> None:
+    log = "\n".join(
+        [
+            "Traceback (most recent call last):",
+            '  File "pretrain_bert.py", line 112, in <module>',
+            "    initialize_distributed(args)",
+            "AssertionError: MPI world size 16 does not match torch world size 8",
+        ]
+    )
+    verdict = top(analyze_files(tmp_path, {"rank0.log": log}))
+    assert (verdict.cause_id, verdict.confidence) == ("config.world_size_mismatch", 0.75)
+
+
+_PAST_THE_DEVICES = [
+    "Traceback (most recent call last):",
+    '  File "/opt/venv/lib/python3.9/site-packages/pytorch_lightning/strategies/ddp.py",'
+    " line 118, in root_device",
+    "    return self.parallel_devices[self.local_rank]",
+]
+
+
+def test_an_index_error_at_the_local_rank_means_more_processes_than_the_list(
+    tmp_path: Path,
+) -> None:
+    """Uneven GPUs per node: the node's device list is shorter than its local ranks."""
+    log = "\n".join([*_PAST_THE_DEVICES, "IndexError: list index out of range"])
+    verdict = top(analyze_files(tmp_path, {"rank6.log": log}))
+    assert (verdict.cause_id, verdict.confidence) == ("config.world_size_mismatch", 0.4)
+    assert "same number of GPUs on every node" in verdict.fix
+
+
+def test_another_error_at_the_local_rank_is_not_read_as_the_world(tmp_path: Path) -> None:
+    log = "\n".join([*_PAST_THE_DEVICES, "KeyError: 'cuda:7'"])
+    report = analyze_files(tmp_path, {"rank6.log": log})
+    assert "config.world_size_mismatch" not in [h.cause_id for h in report.hypotheses]
+
+
 def test_mesh_larger_than_the_world(tmp_path: Path) -> None:
     verdict = top(analyze_files(tmp_path, {"console.log": MESH_TOO_BIG}))
     assert verdict.cause_id == "config.world_size_mismatch"

@@ -197,6 +197,8 @@ signature(
     summary="NCCL warned about something it could not do",
 )
 
+# Horovod and other callers of NCCL's API print the call and its error string:
+# `ncclCommInitRank failed: unhandled cuda error`.
 _ERROR_KINDS = {
     "unhandled system error": "system",
     "ncclSystemError": "system",
@@ -217,7 +219,8 @@ def _nccl_error(found: re.Match[str]) -> dict[str, Any]:
 
 signature(
     "nccl.error",
-    r"(?:(?:NCCL (?:error|Error)(?: \d+)?(?: in: (?P<where>\S+?))?[:,]|NCCL failure \S+ ')"
+    r"(?:(?:NCCL (?:error|Error)(?: \d+)?(?: in: (?P<where>\S+?))?[:,]|NCCL failure \S+ '"
+    r"|\bnccl[A-Z]\w+ failed:)"
     r"\s*(?P<text>unhandled system error"
     r"|unhandled cuda error|internal error|invalid usage|invalid argument)"
     r"|\b(?P<code>ncclSystemError|ncclUnhandledCudaError|ncclInternalError|ncclInvalidUsage"
@@ -231,6 +234,7 @@ signature(
         "ncclInvalidUsage",
         "ncclInvalidArgument",
         "NCCL failure",
+        "failed: unhandled",
     ),
     summary="an NCCL call failed with a result code (system, CUDA, internal, usage error)",
     extract=_nccl_error,

@@ -335,6 +335,25 @@ signature(
     extract=lambda m: {"dim": "model-parallel size"},
 )
 
+# Two layers of a launch counting the world differently say so in one line: DeepSpeed's
+# `MPI world size 16 does not match torch world size 8`.
+signature(
+    "setup.world_sizes_differ",
+    r"(?i)(?P<one>\w+ )?world[ _]size (?P<a>\d+) (?:does not|doesn't) match (?:the )?"
+    r"(?P<other>\w+ )?world[ _]size (?P<b>\d+)",
+    anchors=("does not match", "doesn't match"),
+    summary="two layers of the launch count a different world size",
+)
+
+# A list indexed by the local rank (`self.parallel_devices[self.local_rank]`, `gpus[args.
+# local_rank]`): with an IndexError it is shorter than the processes started on the node.
+signature(
+    "setup.local_rank_index",
+    r"\w[\w.\])]*\[(?:[\w.]+\.)?local_rank\]",
+    anchors="local_rank]",
+    summary="a line indexes a list with the local rank",
+)
+
 signature(
     "setup.parallel_dims",
     r"!= WORLD_SIZE\((?P<world_size>\d+)\)",

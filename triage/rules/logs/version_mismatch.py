@@ -28,7 +28,9 @@ def version_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     wasn't built with CUDA runtime >= 11.3 or if the installed CUDA driver < R465` (an NCCL
     built for an older CUDA than the job's); weaker, NCCL's topology search failing (`Failed to find reverse path from remNode`,
     `Attribute busid of node nic not found`): a release older than the machine, or devices
-    hidden unevenly.
+    hidden unevenly; weaker still (0.3, beside comm.unknown), NCCL's bare `unhandled cuda
+    error` when no line names the failing call: an NCCL built for another CUDA, a driver
+    older than it needs, a release with a since-fixed bug.
 
     Why it happens:
     Nodes with different container images or environments (pip nvidia-nccl-cu* wheels vs a
@@ -96,6 +98,15 @@ _TOPOLOGY = (
     "in the image; if the version is recent, compare the devices the process sees "
     "(CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES rather than ROCR_VISIBLE_DEVICES on ROCm, a "
     "container's /sys) with the host's, and unset NCCL_TOPO_FILE."
+)
+
+
+_CUDA_CALL = (
+    'Compare the versions on each host (`python -c "import torch; print(torch.__version__, '
+    'torch.version.cuda, torch.cuda.nccl.version())"`, the driver in `nvidia-smi`): load an '
+    "NCCL built for torch's CUDA (the nvidia-nccl wheel, no stray libnccl on LD_LIBRARY_PATH), "
+    "a driver that CUDA needs, and NCCL's latest patch release of its series. Rerun with "
+    "NCCL_DEBUG=INFO: the `Cuda failure '...'` line before the error names the call."
 )
 
 
@@ -172,6 +183,17 @@ def _findings(view: CommView) -> list[Found]:
                 " NICs, or devices are hidden from the process unevenly",
                 topology,
                 _TOPOLOGY,
+            )
+        )
+    cuda = view.unnamed("cuda")
+    if cuda:
+        found.append(
+            (
+                0.3,
+                "NCCL's CUDA calls failed and no line says which: the NCCL, CUDA and driver "
+                "versions in use are the usual suspects",
+                cuda,
+                _CUDA_CALL,
             )
         )
     truncated = view.of("nccl.message_truncated")

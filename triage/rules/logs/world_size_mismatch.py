@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._comm_view import quoted_finding
-from triage.rules.logs._signals import Found, signals
+from triage.rules.logs._signals import Found, signals, tracebacks
 from triage.text import rank_subject
 
 _TEXT = re.compile(r"[Mm]esh|world[ _]?size|WORLD_SIZE|divisible|out of range|interval|rank")
@@ -24,12 +24,19 @@ _KINDS = {
     "setup.world_not_divisible": (0.82, "the world size is not divisible by the parallel sizes"),
     "setup.rank_out_of_range": (0.8, "a rank number is outside the world"),
     "setup.nccl_rank_count": (0.85, "NCCL's ranks disagree on the world size or a rank number"),
+    "setup.world_sizes_differ": (0.75, "two layers of the launch count a different world size"),
 }
 _FIX = (
     "Make the launch and the script agree on the world: nnodes x nproc-per-node must equal "
     "WORLD_SIZE and the product of the mesh / parallel sizes (dp x tp x pp x cp); size "
     "DistributedSampler and new_group from dist.get_world_size() and dist.get_rank() instead "
     "of config values; give every process a distinct RANK."
+)
+_FIX_PER_NODE = (
+    "Start as many processes on each node as the list holds: the same number of GPUs on every"
+    " node (Lightning and most launchers compute the world as nodes x devices), --ntasks-per-node"
+    " or --nproc-per-node equal to the devices the job sees there (CUDA_VISIBLE_DEVICES), and the"
+    " trainer's devices/gpus setting equal to that count."
 )
 _FIX_EXTRA_WORKERS = (
     "More processes joined than WORLD_SIZE: another job shares MASTER_ADDR:MASTER_PORT (pick a "
@@ -115,6 +122,7 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
         items = signals(evidence, name)
         if items:
             found.append((confidence, what, items, _FIX))
+    found.extend(_local_rank_past_the_list(evidence))
     found.extend(_batch_for_another_world(evidence))
     found.extend(_sharded_checkpoint(evidence))
     split = signals(evidence, "setup.parallel_size_splits_model")
@@ -248,3 +256,14 @@ def _same_ranks(evidence: EvidenceSet) -> list[Found]:
             _FIX_SAME_RANKS,
         )
     ]
+
+
+def _local_rank_past_the_list(evidence: EvidenceSet) -> list[Found]:
+    """An IndexError at a list indexed by the local rank: more processes run on the node than
+    the list (its devices, its per-process settings) holds (0.4: the list may also be short
+    because devices are hidden from the process)."""
+    indexed = signals(evidence, "setup.local_rank_index")
+    if not indexed or not any(t.exception == "IndexError" for _, t in tracebacks(evidence)):
+        return []
+    what = "a list indexed by the local rank is shorter than the processes started on the node"
+    return [(0.4, what, indexed, _FIX_PER_NODE)]
