@@ -833,6 +833,30 @@ def test_an_unhandled_cuda_error_with_its_cause_named_is_that_cause(tmp_path: Pa
     assert "comm.version_mismatch" not in causes(report)
 
 
+def test_a_crash_beside_nccls_own_failure_trace_is_a_communication_failure(
+    tmp_path: Path,
+) -> None:
+    """A segfault names no cause; NCCL's trace of a failed transport setup beside it puts the
+    failure in the communication layer, not in a rank that merely exited."""
+    log = "\n".join(
+        [
+            "[worker-0:5665 :0:5665] Caught signal 11 (Segmentation fault: address not mapped to"
+            " object at address (nil))",
+            "worker-0:5667:5814 [4] NCCL INFO transport.cc:166 -> 2",
+            "worker-0:5667:5814 [4] NCCL INFO transport/generic.cc:29 -> 2",
+            "worker-0:5667:5814 [4] NCCL INFO group.cc:147 -> 2",
+        ]
+    )
+    verdict = analyze_files(tmp_path, {"rank4.log": log}).verdict
+    assert verdict is not None and verdict.cause_id == "comm.unknown"
+
+
+def test_a_crash_alone_is_a_rank_that_exited(tmp_path: Path) -> None:
+    log = "[worker-0:5665 :0:5665] Caught signal 11 (Segmentation fault: address not mapped)"
+    verdict = analyze_files(tmp_path, {"rank4.log": log}).verdict
+    assert verdict is not None and verdict.cause_id == "hang.rank_exited"
+
+
 # --- signatures across versions ---------------------------------------------------------
 
 

@@ -132,6 +132,8 @@ COLLECTIVE_TIMEOUT = re.compile(
 #: Signatures of a rank that timed out waiting in a collective.
 _WAITED = ("hang.watchdog_timeout", "hang.gloo_timeout")
 
+#: Reports of a process that crashed or exited, which say nothing of why.
+_NAMELESS = ("process.", "scheduler.")
 _COMM_FAMILIES = ("nccl.", "gloo.", "c10d.", "net.", "shm.", "ib.", "driver.", "ccl.")
 _COMM_TEXT = re.compile(
     r"NCCL|nccl|gloo|Gloo|DistBackendError|DistNetworkError|DistStoreError|ProcessGroup|"
@@ -194,8 +196,11 @@ class CommView:
         return any(self.by_name.get(name) for name in names)
 
     def named_elsewhere(self) -> bool:
-        """A specific comm signature, or a failure of another family, explains the text."""
-        return any(self.by_name.get(name) for name in SPECIFIC) or bool(self.other_failures())
+        """A specific comm signature, or a failure of another family, explains the text (a
+        crash or exit report names no cause: NCCL's own failure lines beside it still speak)."""
+        return any(self.by_name.get(name) for name in SPECIFIC) or any(
+            not s.signature.startswith(_NAMELESS) for _, s in self.other_failures()
+        )
 
     def unnamed(self, *kinds: str) -> list[Signal]:
         """NCCL result codes of these kinds ("system", "internal") when no line names the
