@@ -655,6 +655,30 @@ def test_store_port_in_use(tmp_path: Path) -> None:
     assert top.location is not None and top.location.line == 6
 
 
+_STORE_UP = [
+    "Using distributed PyTorch with gloo backend",
+    "[I socket.cpp:462] [c10d - debug] The server socket is attempting to listen on [::]:23456.",
+    "[I socket.cpp:522] [c10d] The server socket has started to listen on [::]:23456.",
+]
+
+
+def test_a_log_that_stops_once_the_store_listens_waits_for_ranks_to_join(tmp_path: Path) -> None:
+    verdict = analyze_files(tmp_path, {"rank0.log": "\n".join(_STORE_UP)}).verdict
+    assert verdict is not None and (verdict.cause_id, verdict.confidence) == (
+        "comm.rendezvous",
+        0.2,
+    )
+    assert "MASTER_ADDR" in verdict.fix
+
+
+def test_a_store_that_listens_and_a_job_that_trains_is_no_rendezvous_failure(
+    tmp_path: Path,
+) -> None:
+    log = _STORE_UP + [f"Train Epoch: 1 [{i * 640}/60000] Loss: 2.{i:02d}" for i in range(30)]
+    report = analyze_files(tmp_path, {"rank0.log": "\n".join(log)})
+    assert "comm.rendezvous" not in causes(report)
+
+
 def test_a_torch_build_without_libuv(tmp_path: Path) -> None:
     """torch >= 2.4 asks for the store's libuv backend by default; Windows wheels lack it."""
     log = "\n".join(

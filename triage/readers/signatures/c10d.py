@@ -35,6 +35,15 @@ signature(
     summary="the store's server socket could not bind its address (errno 98: port in use)",
 )
 
+# The store's server socket coming up (rank 0, TORCH_CPP_LOG_LEVEL=INFO or
+# TORCH_DISTRIBUTED_DEBUG=DETAIL): a step of process-group setup, no failure.
+signature(
+    "c10d.store_listening",
+    r"The server socket has started to listen on (?P<address>\S+?)\.?$",
+    anchors="The server socket has started to listen on",
+    summary="the rendezvous store's server socket started listening (process-group setup)",
+)
+
 signature(
     "c10d.listen_failed",
     r"failed to listen on any local network address\.?"

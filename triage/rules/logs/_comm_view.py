@@ -59,6 +59,7 @@ FACTS = frozenset(
         "nccl.comm_topology",
         "nccl.iommu",
         "fabric.nvls_setup",
+        "c10d.store_listening",
     }
 )
 
@@ -534,13 +535,17 @@ def stopped_after_setup(evidence: EvidenceSet) -> list[Signal]:
     )
 
 
+#: The last words of a process-group setup that has not finished.
+_INIT_STEPS = frozenset({"setup.init_announced", "c10d.store_listening"})
+
+
 def stopped_at_init(evidence: EvidenceSet) -> list[Signal]:
     """The last line of each log that stops right after a framework announced that it sets
     the process group up, with no word that every rank joined."""
     return _stopped(
         evidence,
         lambda found: (
-            max(found, key=lambda item: item[1].line)[1].signature == "setup.init_announced"
+            max(found, key=lambda item: item[1].line)[1].signature in _INIT_STEPS
             and not any(sig.signature == "setup.init_completed" for _, sig in found)
         ),
     )

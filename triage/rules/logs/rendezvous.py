@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._comm_view import CommView, comm_view, quote
+from triage.rules.logs._comm_view import CommView, comm_view, quote, stopped_at_init
 from triage.rules.logs._signals import Found, Signal, ids, ranks_of, strongest
 from triage.text import rank_label
 
@@ -52,7 +52,9 @@ def rendezvous(evidence: EvidenceSet) -> Iterator[Finding]:
     RendezvousTimeoutError / RendezvousConnectionError, DistStoreError, a torch build
     without the store's default libuv backend (`use_libuv was requested but PyTorch was
     build without libuv support`: Windows wheels since torch 2.4); weaker (0.3), the
-    TCPStore client's bare `Socket Timeout` or `Stop_waiting response is expected`.
+    TCPStore client's bare `Socket Timeout` or `Stop_waiting response is expected`; weaker
+    still (0.2), a log that stops right after the process group's setup began (the store's
+    server listening, a framework's announcement) with no word that every rank joined.
 
     Why it happens:
     A second job (or a stale one) on the same host uses the default port 29500/29400;
@@ -80,6 +82,10 @@ def rendezvous(evidence: EvidenceSet) -> Iterator[Finding]:
     """
     view = comm_view(evidence)
     found = _findings(view)
+    waiting = stopped_at_init(evidence)
+    if waiting:
+        what = "the log stops while the process group is set up: the other ranks never joined"
+        found.append((0.2, what, waiting, _REACH_FIX))
     if not found:
         return
     (confidence, what, items, fix), every = strongest(found)
