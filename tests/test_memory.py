@@ -212,6 +212,10 @@ def test_a_request_too_large_to_print_keeps_no_number() -> None:
     ("line", "name"),
     [
         ("RuntimeError: CUDA error: out of memory", "memory.cuda_error_oom"),
+        (  # vLLM's sleep-mode allocator waking a colocated engine
+            "RuntimeError: CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62",
+            "memory.cuda_error_oom",
+        ),
         (
             "RuntimeError: cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/generic/THCStorage.cu:66",
             "memory.cuda_error_oom",

@@ -166,11 +166,14 @@ signature(
 
 signature(
     "memory.cuda_error_oom",
-    r"(?P<error>CUDA error: out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation"
+    # vLLM's sleep-mode allocator (colocated RL rollouts) says `CUDA Error: out of memory at
+    # .../cumem_allocator.cpp:62` when waking the engine finds the GPU full.
+    r"(?P<error>CUDA [Ee]rror: out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation"
     r"|HIP error: out of memory|hipErrorOutOfMemory|cuda runtime error \(2\) : out of memory"
     r"|error=2 : out of memory)",
     anchors=(
         "CUDA error: out of memory",
+        "CUDA Error: out of memory",
         "CUDA_ERROR_OUT_OF_MEMORY",
         "cudaErrorMemoryAllocation",
         "HIP error: out of memory",
