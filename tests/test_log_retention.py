@@ -23,7 +23,7 @@ import pytest
 
 from bench.log_shapes import Writer, coll_lines, write_dense
 from triage.engine import rank as ranked
-from triage.readers import log_chunks, log_prefilter, signatures
+from triage.readers import log_chunks, signatures
 from triage.readers.log_runs import SERIES_FIRST, SERIES_LAST, writer_of
 from triage.readers.logscan import ScanResult, scan_file, scan_files
 from triage.registry import REGISTRY, EvidenceSet, run_rules, select
@@ -89,9 +89,7 @@ SHAPES: dict[str, Callable[[Path], str]] = {
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize(
-    "chunk", [4 << 20, 1 << 20, 64 << 10], ids=["one-stretch", "reused-buffer", "many-stretches"]
-)
+@pytest.mark.parametrize("chunk", [4 << 20, 64 << 10], ids=["one-stretch", "many-stretches"])
 def test_series_counts_and_lines_are_those_of_a_line_by_line_reading(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int, shape: str
 ) -> None:
@@ -114,21 +112,6 @@ def test_series_counts_and_lines_are_those_of_a_line_by_line_reading(
     assert warnings == every and warnings
     assert result.lines == len(text.splitlines())
     assert result.aggregated == sum(len(n) for n in expected.values())
-
-
-def test_stretches_read_into_the_reused_buffer_hold_their_own_bytes(tmp_path: Path) -> None:
-    """Shrunk in place, grown, replaced, or left for a fresh read: each read is its stretch."""
-    path = tmp_path / "bytes.log"
-    path.write_bytes(random.Random(7).randbytes(8 << 20))
-    data = path.read_bytes()
-    at = 0
-    with path.open("rb") as handle:
-        for size in (3 << 20, 2 << 20, (3 << 20) + 4096, 1 << 20, 300_000, (3 << 20) - 1):
-            handle.seek(at)
-            assert bytes(log_prefilter._read(handle, size)) == data[at : at + size], size
-            at = (at + size) % (4 << 20)
-        handle.seek(len(data) - 1000)  # past the end: what is there
-        assert bytes(log_prefilter._read(handle, 2 << 20)) == data[-1000:]
 
 
 def test_a_dense_log_keeps_its_buried_warnings_and_its_error(tmp_path: Path) -> None:

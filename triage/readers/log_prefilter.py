@@ -20,10 +20,8 @@ never an exception. `triage.readers.logscan` reads what this gives into signals.
 from __future__ import annotations
 
 import html
-import io
 import json
 import re
-import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +30,7 @@ from typing import Any
 import re2  # type: ignore[import-untyped]
 
 from triage.readers import signatures
-from triage.readers.log_runs import Data, Frequent, Key, Runs
+from triage.readers.log_runs import Frequent, Key, Runs
 
 MAX_LINE = 4096
 #: How far past the end of its stretch a scan reads for the context of a late anchor.
@@ -142,7 +140,7 @@ def _worn(anchors: Iterable[str]) -> list[str]:
     )
 
 
-def decode(raw: Data, pattern: Any) -> str:
+def decode(raw: bytes, pattern: Any) -> str:
     """A line's text: cut to MAX_LINE (`_clip`), colours dropped, bad bytes replaced."""
     text = _clip(raw, pattern).decode("utf-8", "replace").rstrip("\r").replace("\x00", "")
     if "\x1b" in text:  # coloured loggers (torchtitan, rich): the text, not the escapes
@@ -150,7 +148,7 @@ def decode(raw: Data, pattern: Any) -> str:
     return text
 
 
-def _clip(raw: Data, pattern: Any) -> Data:
+def _clip(raw: bytes, pattern: Any) -> bytes:
     """A line longer than MAX_LINE keeps what matters: the text after the last carriage
     return (a progress bar's final state), else the stretch around the first anchor."""
     if len(raw) <= MAX_LINE:
@@ -171,7 +169,7 @@ def scan_range(path: str, start: int, end: int) -> RangeScan:
     try:
         with Path(path).open("rb") as handle:
             handle.seek(start)
-            data = _read(handle, end - start)
+            data = handle.read(end - start)
             owed = _scan(data, table, out)
             if owed and len(data) == end - start:
                 out.overflow = _overflow(handle, owed, out.newlines + 1, table.pattern)
@@ -181,36 +179,7 @@ def scan_range(path: str, start: int, end: int) -> RangeScan:
     return out
 
 
-#: Stretches smaller than this are read into a fresh object (a heap allocation, no faults).
-_REUSED_FROM = 1 << 20
-_local = threading.local()
-
-
-def _read(handle: io.BufferedReader, size: int) -> Data:
-    """Up to `size` bytes, read into this thread's buffer when they fill at least half of it.
-
-    A fresh object of a stretch's size is mapped anew by the allocator and its pages fault
-    in as the read fills them: 12 ms for 16 MB, against 2.5 ms for the copy into pages
-    already there, a quarter of a dense log's whole scan. The buffer lives as long as the
-    thread and is only valid until its next read, which `scan_range` never nests.
-    """
-    buffer: bytearray | None = getattr(_local, "buffer", None)
-    if size < _REUSED_FROM:
-        return handle.read(size)
-    if buffer is None or size >= buffer.__alloc__():
-        buffer = _local.buffer = bytearray(size)
-    elif size < buffer.__alloc__() // 2:  # a file's last short stretch: keep the big buffer
-        return handle.read(size)
-    elif size < len(buffer):
-        del buffer[size:]  # within half of the allocation: resized in place
-    else:
-        buffer.extend(bytes(size - len(buffer)))
-    got = handle.readinto(buffer)
-    del buffer[got:]
-    return buffer
-
-
-def _scan(data: Data, table: Table, out: RangeScan) -> int:
+def _scan(data: bytes, table: Table, out: RangeScan) -> int:
     """Collect the stretch's anchored lines (with their context) and its runs; returns the
     context lines still owed past its end."""
     pattern = table.pattern
@@ -224,7 +193,7 @@ def _scan(data: Data, table: Table, out: RangeScan) -> int:
             break
         begin = hit.start()
         line_start = data.rfind(b"\n", 0, begin) + 1
-        anchor = bytes(hit.group(0))
+        anchor = hit.group(0)
         if anchor not in table.after_of:  # the start of a frequent line
             run = window.take(data, line_start, table.frequent) or _run(
                 data, line_start, table.frequent
@@ -241,7 +210,7 @@ def _scan(data: Data, table: Table, out: RangeScan) -> int:
         # (`ERROR ... Stack trace of the failed collective:`)
         later = table.context_anchors.search(data, hit.end(), position)
         remaining = max(
-            table.after_of.get(anchor, 0), table.after_of[bytes(later.group(0))] if later else 0
+            table.after_of.get(anchor, 0), table.after_of[later.group(0)] if later else 0
         )
         while remaining:
             if position >= len(data):
@@ -251,7 +220,7 @@ def _scan(data: Data, table: Table, out: RangeScan) -> int:
             end = lines.end_of(position)
             inner = table.context_anchors.search(data, position, end)
             # a frame line inside a frame's context (`File "` twice) asks for its own line
-            remaining = max(remaining - 1, table.after_of[bytes(inner.group(0))] if inner else 0)
+            remaining = max(remaining - 1, table.after_of[inner.group(0)] if inner else 0)
             position = end
     for key, sampled in runs.series().items():
         part = out.series[key] = SeriesPart(sampled.count)
@@ -265,20 +234,20 @@ def _scan(data: Data, table: Table, out: RangeScan) -> int:
     return owed
 
 
-def _anchored_later(data: Data, start: int, table: Table) -> bool:
+def _anchored_later(data: bytes, start: int, table: Table) -> bool:
     """Whether the rest of a line whose first anchor opens a block (`RuntimeError:` before
     `out of memory`) holds a signature's anchor."""
     end = data.find(b"\n", start)
     end = len(data) if end == -1 else end
     while (hit := table.pattern.search(data, start, end)) is not None and hit.end() > start:
-        if bytes(hit.group(0)) in table.signature_anchors:
+        if hit.group(0) in table.signature_anchors:
             return True
         start = hit.end()
     return False
 
 
 def _run(
-    data: Data, start: int, frequent: tuple[Frequent, ...]
+    data: bytes, start: int, frequent: tuple[Frequent, ...]
 ) -> tuple[Frequent, int, int | None] | None:
     """The run of frequent lines starting at `start`, read by the DFA to where it ends; None
     when there is none (a frequent line without its newline, at the end of a file)."""
@@ -305,7 +274,7 @@ class _Window:
         self.after = 0
 
     def take(
-        self, data: Data, start: int, frequent: tuple[Frequent, ...]
+        self, data: bytes, start: int, frequent: tuple[Frequent, ...]
     ) -> tuple[Frequent, int, int] | None:
         if start < self.after:
             return None
@@ -341,7 +310,7 @@ class _Lines:
     log of frequent lines is never counted line by line.
     """
 
-    def __init__(self, data: Data, pattern: Any) -> None:
+    def __init__(self, data: bytes, pattern: Any) -> None:
         self.data = data
         self.pattern = pattern
         self.wanted: list[tuple[int, list[tuple[int, str]] | None, bool]] = []
@@ -376,7 +345,7 @@ class _Lines:
 class _Counter:
     """Line numbers at increasing offsets of a stretch whose runs' line counts are known."""
 
-    def __init__(self, data: Data, runs: list[tuple[int, int, int]]) -> None:
+    def __init__(self, data: bytes, runs: list[tuple[int, int, int]]) -> None:
         self.data = data
         self.runs = runs
         self.next = 0  # the first run not yet passed

@@ -31,9 +31,6 @@ _WRITER = (
 _WRITER_TEXT = re.compile(_WRITER)
 _WRITER_BYTES = re.compile(_WRITER.encode())
 
-#: A stretch of a log as the first pass holds it (a reused buffer, or a short read).
-Data = bytes | bytearray
-
 #: (signature, writer, key value): one series.
 Key = tuple[str, str, str]
 
@@ -73,7 +70,7 @@ class Sampled:
 class Runs:
     """The runs of one stretch of bytes, counted per series."""
 
-    def __init__(self, data: Data) -> None:
+    def __init__(self, data: bytes) -> None:
         self.data = data
         self.writers: set[bytes] = set()
         #: (signature, key value) -> its token, and the writer that owns it in counted runs.
@@ -231,13 +228,13 @@ class Runs:
         return data.count(b"\n" + writer, begin - 1, finish - 1)
 
 
-def _writer(raw: Data) -> bytes:
+def _writer(raw: bytes) -> bytes:
     found = _WRITER_BYTES.match(raw)
-    return bytes(found.group(0)) if found else b""
+    return found.group(0) if found else b""
 
 
 def _occurrences(
-    data: Data, token: bytes, spans: list[tuple[int, int]], limit: int, *, forward: bool
+    data: bytes, token: bytes, spans: list[tuple[int, int]], limit: int, *, forward: bool
 ) -> list[int]:
     """Line starts of the first (or last) `limit` lines holding a token inside the runs."""
     found: list[int] = []
