@@ -122,13 +122,16 @@ def test_a_launcher_stopped_by_ctrl_c_may_have_hung(tmp_path: Path) -> None:
         " for rank: 0",
     ],
 )
-def test_a_log_that_stops_in_process_group_setup_is_a_weak_hang(
+def test_a_log_that_stops_in_process_group_setup_waits_for_ranks_that_never_joined(
     tmp_path: Path, announced: str
 ) -> None:
+    """Weak both: the other ranks never reached the store (0.2), or the job hung there."""
     report = analyze_files(tmp_path, {"rank0.log": f"{announced}\n{'-' * 80}\n"})
-    top = report.hypotheses[0]
-    assert (top.cause_id, top.confidence) == ("hang.unknown", 0.15)
-    assert "setup began" in top.summary and "MASTER_ADDR" in top.fix
+    top, hang = report.hypotheses[:2]
+    assert (top.cause_id, top.confidence) == ("comm.rendezvous", 0.2)
+    assert "never joined" in top.title and "MASTER_ADDR" in top.fix
+    assert (hang.cause_id, hang.confidence) == ("hang.unknown", 0.15)
+    assert "setup began" in hang.summary and "MASTER_ADDR" in hang.fix
 
 
 def test_a_process_group_every_rank_joined_is_no_stall(tmp_path: Path) -> None:
