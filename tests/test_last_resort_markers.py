@@ -142,3 +142,22 @@ def test_a_process_group_every_rank_joined_is_no_stall(tmp_path: Path) -> None:
     )
     report = analyze_files(tmp_path, {"rank0.log": text})
     assert report.hypotheses == []
+
+
+def test_a_launcher_hung_up_on_is_no_out_of_memory(tmp_path: Path) -> None:
+    """The launcher itself got SIGHUP (its terminal closed) and forwarded it: the workers'
+    teardown is its doing, not a worker that died without a word (the OOM killer's mark)."""
+    text = (
+        "     39/100      13.9G      2.252      3.897  43%|####3     | 496/1155 [05:07<06:48]"
+        "WARNING:torch.distributed.elastic.agent.server.api:Received 1 death signal, shutting"
+        " down workers\n"
+        "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 4193 closing"
+        " signal SIGHUP\n"
+        "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 4194 closing"
+        " signal SIGHUP\n"
+    )
+    report = analyze_files(tmp_path, {"launcher.log": text})
+    assert "oom.host" not in [h.cause_id for h in report.hypotheses]
+    top = report.hypotheses[0]
+    assert (top.cause_id, top.confidence) == ("hang.unknown", 0.1)
+    assert "terminal closed" in top.title and "nohup" in top.fix

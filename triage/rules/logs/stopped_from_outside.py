@@ -47,13 +47,20 @@ def stopped_from_outside(evidence: EvidenceSet) -> Iterator[Finding]:
     found = limit or stopped
     if not found:
         return
+    signal = "" if limit else str(found[0][1].fields["signal"])
     how = (
         "the scheduler cancelled the job at its time limit"
         if limit
-        else f"the launcher was stopped by {found[0][1].fields['signal']}"
+        else f"the launcher was stopped by {signal}"
+    )
+    hangup = (
+        " SIGHUP is also what a launcher gets when the terminal or SSH session it runs in"
+        " closes: start it under nohup, setsid, tmux or screen, or submit it to the scheduler."
+        if signal == "SIGHUP"
+        else ""
     )
     yield Finding(
-        title=f"{how}: it hung, or ran too long",
+        title=f"{how}: it hung, or ran too long" + (", or its terminal closed" if hangup else ""),
         summary=f"`{found[0][1].text[:160]}`: {how} with no error in the text before it, which"
         " a hang and a job that needs more time both explain.",
         ranks=[],
@@ -62,6 +69,7 @@ def stopped_from_outside(evidence: EvidenceSet) -> Iterator[Finding]:
         fix="Compare the last progress line's time with the stop: a long silence"
         " before it is a hang (set the process-group timeout under the time limit so a"
         " stalled collective fails with its own error, and take `triage hang` stacks while"
-        " it stalls); steady progress up to it means the job needs more time (Slurm's --time).",
+        " it stalls); steady progress up to it means the job needs more time (Slurm's --time)."
+        + hangup,
         confirm="the last progress line is long before the stop",
     )

@@ -288,7 +288,14 @@ def _host_events(evidence: EvidenceSet) -> list[HostEvent]:
         if _killed(sig):
             out.append(HostEvent(sig.signature, sig.rank, 0.6, sig.text, ev.id))
     teardown = signals(evidence, "elastic.teardown")
-    if teardown and not out and not tracebacks(evidence) and not _failure_lines(evidence):
+    stopped = signals(evidence, "elastic.signal_received")  # the launcher itself was signalled
+    if (
+        teardown
+        and not out
+        and not stopped
+        and not tracebacks(evidence)
+        and not _failure_lines(evidence)
+    ):
         # the launcher stopped its workers and no process printed why: one died without a
         # traceback, as a SIGKILL leaves it (the OOM killer's), or in native code
         ev, sig = teardown[0]
