@@ -683,6 +683,22 @@ def test_same_bus_on_different_hosts_is_fine(tmp_path: Path) -> None:
     assert "config.device_assignment" not in [h.cause_id for h in report.hypotheses]
 
 
+def test_a_collective_on_a_tensor_off_the_groups_device(tmp_path: Path) -> None:
+    """torch >= 2.6 binds the group to a device; a tensor elsewhere (no set_device) fails."""
+    log = "\n".join(
+        [
+            '  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/tensor/_api.py",'
+            " line 792, in distribute_tensor",
+            "    local_tensor = mesh_broadcast(local_tensor, device_mesh, mesh_dim=idx)",
+            "torch.distributed.DistBackendError: Attempt to perform collective on tensor not on"
+            " device passed to init_process_group",
+        ]
+    )
+    verdict = top(analyze_files(tmp_path, {"rank1.log": log}))
+    assert (verdict.cause_id, verdict.confidence) == ("config.device_assignment", 0.75)
+    assert "set_device(local_rank)" in verdict.fix and "device_id=" in verdict.fix
+
+
 # --- config.world_size_mismatch ----------------------------------------------------------
 
 

@@ -225,6 +225,15 @@ signature(
     summary="the process group guessed a rank's GPU from its rank (no device was bound to it)",
 )
 
+# ProcessGroupNCCL refusing a collective on a tensor that is not on the device the group
+# was bound to (`device_id=` in init_process_group, or the current device when it was made).
+signature(
+    "setup.tensor_off_bound_device",
+    r"Attempt to perform collective on tensor not on device passed to init_process_group",
+    anchors="not on device passed to init_process_group",
+    summary="a collective's tensor is not on the GPU its process group was bound to",
+)
+
 # --- config.world_size_mismatch ----------------------------------------------------------
 
 signature(

@@ -61,6 +61,15 @@ _WORDED = (
         " you: set the GPUs in its config's gpu_ids) so that CUDA_VISIBLE_DEVICES holds.",
     ),
     (
+        "setup.tensor_off_bound_device",
+        0.75,
+        "a collective's tensor is not on the GPU its process group was bound to",
+        "Give every rank its own GPU before it makes tensors or modules:"
+        " torch.cuda.set_device(local_rank) first, init_process_group(...,"
+        " device_id=torch.device('cuda', local_rank)), and the tensors of each collective (a"
+        " DTensor's mesh, parallelize_module's module) on that device.",
+    ),
+    (
         "setup.device_guessed",
         0.3,
         "the process group guessed each rank's GPU from its rank (no device bound to it)",
@@ -96,7 +105,9 @@ def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
     cuda:0 and cuda:1`): a rank's model, batch or checkpoint is not on its own device;
     DataParallel's `module must have its parameters and buffers on device cuda:N
     (device_ids[0]) but found one of them on device: cpu` (0.75: the model was wrapped
-    before `.to(device)`); Megatron's `expected local-rank to be the same as rank %
+    before `.to(device)`); ProcessGroupNCCL's `Attempt to perform collective on tensor not on
+    device passed to init_process_group` (0.75: no set_device before the tensors were made);
+    Megatron's `expected local-rank to be the same as rank %
     device-count` (0.7: nodes with unequal GPU counts, or a launcher numbering local ranks
     another way); a model's device_map refused (0.8): accelerate's `You can't train a model that
     has been loaded in 8-bit precision on a different device than the one you're training
