@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._comm_view import comm_view
-from triage.rules.logs._signals import ids, ranks_of, signals, tracebacks
+from triage.rules.logs._comm_view import comm_view, quoted_finding
+from triage.rules.logs._signals import Found, ids, ranks_of, signals, tracebacks
 
 _ERROR_TEXT = re.compile(
     r"rendezvous|KeyError|expected, but not set|process group has not been initialized|mpi4py"
@@ -142,21 +142,16 @@ def _oneccl(evidence: EvidenceSet) -> Iterator[Finding]:
     if local and failed:
         about = any(_LOCAL_COORD.search(str(s.fields.get("message", ""))) for _, s in errors)
         what = "oneCCL found no launcher variable naming each process's local rank and count"
-        items, confidence, fix = local + errors, 0.7 if about else 0.45, _CCL_LOCAL_FIX
+        found: list[Found] = [(0.7 if about else 0.45, what, local + errors, _CCL_LOCAL_FIX)]
     elif providers:
         what = "oneCCL's OFI transport found no usable libfabric provider"
-        items, confidence, fix = providers, 0.45, _CCL_PROVIDER_FIX
+        found = [(0.45, what, providers, _CCL_PROVIDER_FIX)]
     else:
         return
-    ranks = ranks_of(s for _, s in items)
-    yield Finding(
-        title=what,
-        summary=f"{what}: `{items[0][1].text[:200]}`",
-        ranks=ranks,
-        location=comm_view(evidence).location(ranks, _CCL_TEXT),
-        confidence=confidence,
-        evidence=ids(items)[:12],
-        fix=fix,
-        confirm="the same launch with the variables set (or under mpirun) gets past oneCCL's "
+    yield quoted_finding(
+        evidence,
+        found,
+        _CCL_TEXT,
+        "the same launch with the variables set (or under mpirun) gets past oneCCL's "
         "initialisation",
     )
