@@ -54,3 +54,23 @@ def test_two_ranks_without_set_device_share_gpu_0() -> None:
     assert top["cause_id"] == "oom.same_device" and top["confidence"] >= 0.8
     assert top["ranks"] == [0, 1] and top["location"]["line"] == 18
     assert "pid 504 (rank 1)" in top["summary"] and "set_device" in top["fix"]
+
+
+def test_a_real_nccl_coll_log_is_read_as_one_series_and_no_failure() -> None:
+    """NCCL 2.28.9's own per-op lines: every one folded into its communicator's series (the
+    frequent lines the scanner counts instead of reading), and a healthy run names nothing."""
+    report = analyze(GPU / "coll_1rank.log")
+    assert report["hypotheses"] == []
+    [series] = [e["data"] for e in report["evidence"] if e["kind"] == "log_series"]
+    assert series["name"].startswith("comm 0x") and series["count"] == 601
+    assert series["last"]["coll"] == "AllReduce" and series["last"]["nranks"] == 1
+    [log] = [e["data"] for e in report["evidence"] if e["kind"] == "log_file"]
+    assert log["aggregated"] == 601
+
+
+def test_a_rank_past_the_hosts_gpus_is_an_invalid_ordinal() -> None:
+    """torch 2.11 raises it as torch.AcceleratorError."""
+    report = analyze(GPU / "ordinal.log")
+    top = report["hypotheses"][0]
+    assert top["cause_id"] == "config.device_assignment" and top["confidence"] >= 0.85
+    assert top["ranks"] == [1] and "LOCAL_RANK" in top["fix"]
