@@ -528,7 +528,8 @@ def stopped_after_setup(evidence: EvidenceSet) -> list[Signal]:
     setup with nothing else to say (no error, no timeout, no collective after it)."""
     return _stopped(
         evidence,
-        lambda found: (
+        "stopped_after_setup",
+        lambda found, last: (
             all(sig.signature in _SETUP for _, sig in found)
             and any(sig.fields.get("stage") == "COMPLETE" for _, sig in found)
         ),
@@ -544,8 +545,9 @@ def stopped_at_init(evidence: EvidenceSet) -> list[Signal]:
     the process group up, with no word that every rank joined."""
     return _stopped(
         evidence,
-        lambda found: (
-            max(found, key=lambda item: item[1].line)[1].signature in _INIT_STEPS
+        "stopped_at_init",
+        lambda found, last: (
+            last.signature in _INIT_STEPS
             and not any(sig.signature == "setup.init_completed" for _, sig in found)
         ),
     )
@@ -554,22 +556,27 @@ def stopped_at_init(evidence: EvidenceSet) -> list[Signal]:
 def stopped_in_nvls(evidence: EvidenceSet) -> list[Signal]:
     """The last line of each log whose last signal is a step of NCCL's NVLS setup: NVLS
     multicast waits for the NVSwitch fabric (fabric manager, IMEX in a container) instead
-    of failing when it is not usable. Computed once per evidence set: the fabric rule names
-    it, and the P2P rule yields to it."""
-    return evidence.derived(
-        "stopped_in_nvls",
-        lambda: _stopped(
-            evidence,
-            lambda found: (
-                max(found, key=lambda item: item[1].line)[1].signature == "fabric.nvls_setup"
-            ),
-        ),
+    of failing when it is not usable. The fabric rule names it, and the P2P rule yields to
+    it."""
+    return _stopped(
+        evidence, "stopped_in_nvls", lambda found, last: last.signature == "fabric.nvls_setup"
     )
 
 
-def _stopped(evidence: EvidenceSet, stalled: Callable[[list[Signal]], bool]) -> list[Signal]:
-    """The last signal of each log whose signals `stalled` accepts, when the log ends a few
-    lines after it."""
+def _stopped(
+    evidence: EvidenceSet,
+    key: str,
+    stalled: Callable[[list[Signal], LogSignal], bool],
+) -> list[Signal]:
+    """The last signal of each log whose signals (and last signal) `stalled` accepts, when
+    the log ends a few lines after it. Computed once per evidence set under `key`: several
+    rules ask for the same stop."""
+    return evidence.derived(key, lambda: _stopped_now(evidence, stalled))
+
+
+def _stopped_now(
+    evidence: EvidenceSet, stalled: Callable[[list[Signal], LogSignal], bool]
+) -> list[Signal]:
     by_path: dict[str, list[Signal]] = {}
     for item in signals(evidence):
         by_path.setdefault(item[1].path, []).append(item)
@@ -578,7 +585,7 @@ def _stopped(evidence: EvidenceSet, stalled: Callable[[list[Signal]], bool]) -> 
     for path, found in by_path.items():
         last = max(found, key=lambda item: item[1].line)
         log = logs.get(path)
-        if log is None or not stalled(found):
+        if log is None or not stalled(found, last[1]):
             continue
         if log.lines - last[1].line <= _AFTER_SETUP or _nccl_chatter(log.last_line):
             stopped.append(last)
