@@ -29,7 +29,7 @@ from typing import Any
 
 import re2  # type: ignore[import-untyped]
 
-from triage.readers import signatures
+from triage.readers import byte_counts, signatures
 from triage.readers.log_runs import Frequent, Key, Runs
 
 MAX_LINE = 4096
@@ -279,9 +279,9 @@ class _Window:
         if start < self.after:
             return None
         cut = data.rfind(b"\n", start, start + self.size) + 1
-        lines = data.count(b"\n", start, cut) if cut else 0
+        lines = byte_counts.count(data, b"\n", start, cut) if cut else 0
         for item in frequent if lines > 1 else ():
-            if data.count(item.anchor, start, cut) == lines:
+            if byte_counts.count(data, item.anchor, start, cut) == lines:
                 self.size = min(self.size * 2, self.LARGEST)
                 self.wait = self.SMALLEST
                 return item, cut, lines
@@ -358,20 +358,20 @@ class _Counter:
         while self.next < len(self.runs) and self.runs[self.next][1] <= offset:
             begin, finish, lines = self.runs[self.next]
             if self.position <= begin:
-                self.run_line = self.line + data.count(b"\n", self.position, begin)
+                self.run_line = self.line + byte_counts.count(data, b"\n", self.position, begin)
             self.line, self.position = self.run_line + lines, finish
             self.next += 1
         if self.next < len(self.runs) and self.runs[self.next][0] < offset:
             begin, finish, lines = self.runs[self.next]
             if self.position <= begin:
-                self.run_line = self.line + data.count(b"\n", self.position, begin)
+                self.run_line = self.line + byte_counts.count(data, b"\n", self.position, begin)
                 self.line, self.position = self.run_line, begin
             if offset - self.position <= finish - offset:
-                self.line += data.count(b"\n", self.position, offset)
+                self.line += byte_counts.count(data, b"\n", self.position, offset)
             else:
-                self.line = self.run_line + lines - data.count(b"\n", offset, finish)
+                self.line = self.run_line + lines - byte_counts.count(data, b"\n", offset, finish)
         else:
-            self.line += data.count(b"\n", self.position, offset)
+            self.line += byte_counts.count(data, b"\n", self.position, offset)
         self.position = offset
         return self.line
 

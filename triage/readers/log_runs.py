@@ -16,6 +16,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from triage.readers import byte_counts
 from triage.readers.signatures import Series, Signature
 
 #: Lines kept from the start and from the end of each series.
@@ -88,7 +89,9 @@ class Runs:
         """A run [begin, finish) of whole lines, each holding the frequent line's text;
         returns how many lines it holds (`lines`, when the caller counted them)."""
         sig, series = frequent.signature, frequent.signature.series
-        lines = self.data.count(frequent.anchor, begin, finish) if lines is None else lines
+        lines = (
+            byte_counts.count(self.data, frequent.anchor, begin, finish) if lines is None else lines
+        )
         if series is not None and (
             self._step(sig, series, begin, finish, lines)
             or self._count(sig, series, begin, finish, lines)
@@ -167,7 +170,7 @@ class Runs:
         data = self.data
         by_writer = {w: self._starting(w, begin, finish) for w in self.writers}
         by_value = {
-            value: data.count(token, begin, finish)
+            value: byte_counts.count(data, token, begin, finish)
             for (name, value), token in self.tokens.items()
             if name == sig.name
         }
@@ -188,7 +191,7 @@ class Runs:
             if (sig.name, value) not in self.tokens:
                 self.tokens[(sig.name, value)] = token = series.token_of(value)
                 self.owner[(sig.name, value)] = writer
-                by_value[value] = data.count(token, begin, finish)
+                by_value[value] = byte_counts.count(data, token, begin, finish)
             position = end
         owned = dict.fromkeys(by_writer, 0)
         for value, count in by_value.items():
@@ -224,8 +227,8 @@ class Runs:
         """Lines of [begin, finish) that start with `writer`."""
         data = self.data
         if begin == 0:
-            return data.startswith(writer) + data.count(b"\n" + writer, 0, finish - 1)
-        return data.count(b"\n" + writer, begin - 1, finish - 1)
+            return data.startswith(writer) + byte_counts.count(data, b"\n" + writer, 0, finish - 1)
+        return byte_counts.count(data, b"\n" + writer, begin - 1, finish - 1)
 
 
 def _writer(raw: bytes) -> bytes:
