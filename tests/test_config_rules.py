@@ -1142,3 +1142,53 @@ def test_a_vector_twice_the_size_alone_is_no_shard(tmp_path: Path) -> None:
     )
     report = analyze_files(tmp_path, {"load.log": text})
     assert all(h.cause_id != "config.world_size_mismatch" for h in report.hypotheses)
+
+
+# --- a model attribute read through the DDP wrapper (huggingface/diffusers#2044) --------
+
+WRAPPED_UNET = """\
+Traceback (most recent call last):
+  File "train_dreambooth.py", line 701, in main
+    if unet.dtype != torch.float32:
+  File "/usr/lib/python3.8/site-packages/torch/nn/modules/module.py", line 1269, in __getattr__
+    raise AttributeError("'{}' object has no attribute '{}'".format(
+AttributeError: '{wrapper}' object has no attribute 'dtype'
+"""
+
+
+@pytest.mark.parametrize("wrapper", ["DistributedDataParallel", "DataParallel"])
+def test_an_attribute_read_through_the_wrapper(tmp_path: Path, wrapper: str) -> None:
+    text = WRAPPED_UNET.replace("{wrapper}", wrapper)
+    verdict = top(analyze_files(tmp_path, {"rank0.log": text}))
+    assert (verdict.cause_id, verdict.confidence) == ("config.unknown", 0.7)
+    assert "model.module.dtype" in verdict.fix and wrapper in verdict.title
+    assert verdict.location is not None and verdict.location.line == 701
+
+
+@pytest.mark.parametrize("owner", ["FullyShardedDataParallel", "Linear", "UNet2DConditionModel"])
+def test_an_attribute_missing_on_the_model_itself_is_no_wrapper(tmp_path: Path, owner: str) -> None:
+    """FSDP forwards attribute reads to the module it wraps: a missing one is the model's."""
+    text = WRAPPED_UNET.replace("{wrapper}", owner)
+    report = analyze_files(tmp_path, {"rank0.log": text})
+    assert all("wrapper" not in h.title for h in report.hypotheses)
+
+
+# --- more pipeline ranks than stages (pytorch/PiPPy#1137) --------------------------------
+
+
+def test_a_pipeline_group_larger_than_its_stages(tmp_path: Path) -> None:
+    line = "RuntimeError: Pipeline group size 4 cannot be larger than number of stages 1\n"
+    verdict = top(analyze_files(tmp_path, {"rank0.log": line}))
+    assert (verdict.cause_id, verdict.confidence) == ("config.world_size_mismatch", 0.75)
+    assert "4 ranks" in verdict.title and "1 stage" in verdict.title
+    assert "split_spec" in verdict.fix
+
+
+# --- c10's device index check on XPU and other backends (saforem2/ezpz#187) --------------
+
+
+def test_a_device_index_past_the_backends_devices(tmp_path: Path) -> None:
+    line = "RuntimeError: The device index is out of range. It must be in [0, 6), but got 11.\n"
+    verdict = top(analyze_files(tmp_path, {"rank23.log": line}))
+    assert verdict.cause_id == "config.device_assignment"
+    assert "device 11; it sees 6" in verdict.title

@@ -165,10 +165,15 @@ signature(
     extract=lambda found: {"ranks": sorted({int(found["rank"]), int(found["other_rank"])})},
 )
 
+# CUDA's wording, and c10's check_device_index for the other device backends (XPU, and the
+# out-of-tree ones built on PrivateUse1): `The device index is out of range. It must be in
+# [0, 6), but got 11.`
 signature(
     "setup.invalid_device_ordinal",
-    r"invalid device ordinal",
-    anchors="invalid device ordinal",
+    r"invalid device ordinal"
+    r"|The device index is out of range\. It must be in \[0, (?P<devices>\d+)\), but got"
+    r" (?P<index>-?\d+)",
+    anchors=("invalid device ordinal", "The device index is out of range. It must be in"),
     summary="a rank asked for a GPU index this host (or its CUDA_VISIBLE_DEVICES) does not have",
 )
 
@@ -276,6 +281,16 @@ signature(
         "the split group's size should be less",
     ),
     summary="a rank number exceeds the world size (sampler num_replicas, new_group ranks)",
+)
+
+# torch.distributed.pipelining (and PiPPy before it): a pipeline stage per rank of the
+# pipe group, and the model was cut into fewer (no split_spec / pipe_split points).
+signature(
+    "setup.pipeline_stages_fewer",
+    r"Pipeline group size (?P<group_size>\d+) cannot be larger than number of stages"
+    r" (?P<stages>\d+)",
+    anchors="cannot be larger than number of stages",
+    summary="the pipeline group has more ranks than the model was split into stages",
 )
 
 signature(

@@ -97,7 +97,8 @@ def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
     NCCL's `Duplicate GPU detected : rank X and rank Y both on CUDA device Z`; NCCL_DEBUG=INFO
     `Init START/COMPLETE` lines of one communicator that place two processes on one busId of
     one host; `CUDA error: invalid device ordinal` (set_device(local_rank) with more ranks
-    than GPUs, or RANK used instead of LOCAL_RANK on a second node); `all CUDA-capable
+    than GPUs, or RANK used instead of LOCAL_RANK on a second node; XPU and other backends
+    word it `The device index is out of range. It must be in [0, 6), but got 11.`); `all CUDA-capable
     devices are busy or unavailable` (two ranks on one GPU in exclusive-process mode);
     weaker: NCCL's `invalid usage` result with no reason shown (its usual cause is two
     ranks on one GPU; NCCL_DEBUG=WARN prints the `Duplicate GPU` line); weaker still, one
@@ -170,10 +171,16 @@ def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
     if ordinal:
         ranks = ranks_of(s for _, s in ordinal)
         in_set_device = _raised_in(evidence, ranks, "set_device")
+        counted = next((s.fields for _, s in ordinal if s.fields.get("devices")), None)
+        what = (
+            f"device {counted['index']}; it sees {counted['devices']}"
+            if counted
+            else "invalid device ordinal"
+        )
         found.append(
             (
                 0.88 if in_set_device else 0.78,
-                "a rank asked for a GPU index its host does not have (invalid device ordinal)"
+                f"a rank asked for a GPU index its host does not have ({what})"
                 + (f" on {rank_label(ranks)}" if ranks else ""),
                 ordinal,
                 ranks,

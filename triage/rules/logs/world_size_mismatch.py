@@ -13,7 +13,7 @@ from triage.rules.logs._comm_view import quoted_finding
 from triage.rules.logs._signals import Found, signals, tracebacks
 from triage.text import rank_subject
 
-_TEXT = re.compile(r"[Mm]esh|world[ _]?size|WORLD_SIZE|divisible|out of range|interval|rank")
+_TEXT = re.compile(r"[Mm]esh|world[ _]?size|WORLD_SIZE|divisible|out of range|interval|rank|stages")
 
 #: signature -> (confidence, what went wrong)
 _KINDS = {
@@ -66,6 +66,13 @@ _FIX_BATCH = (
     " accumulation x the number of GPUs of this launch."
 )
 
+_FIX_STAGES = (
+    "Cut the model into one stage per rank of the pipeline group: pass split_spec (or place"
+    " pipe_split() points) to pipeline() so it yields as many stages as the group has ranks"
+    " (num_stages per rank for interleaved schedules), or launch only as many pipeline ranks as"
+    " there are stages."
+)
+
 _FIX_CHECKPOINT = (
     "Launch with the parallel sizes the checkpoint was saved at (llama: --nproc_per_node equal"
     " to the number of consolidated.*.pth shards), or convert it to the new layout first"
@@ -93,6 +100,8 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     train_batch_size=32 vs hf train_batch_size (calculated)=4`); a parallel size that does not divide
     the model (vLLM's `Total number of attention heads (52) must be divisible by tensor
     parallel size (8)`, `num_attention_heads must be divisible by tensor_model_parallel_size`);
+    torch.distributed.pipelining's `Pipeline group size 4 cannot be larger than number of
+    stages 1` (0.75: the model was not split, or into fewer stages than ranks);
     weaker (0.5), processes that announce the same global rank (Lightning's `Initializing
     distributed: GLOBAL_RANK: 1, MEMBER: 2/8` twice) while fewer distinct ranks than the
     world's size announce themselves.
@@ -132,6 +141,14 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
             f"the {fields['by'].strip().rstrip('.')} does not divide the {fields['what'].lower()}"
         )
         found.append((0.8, what, split, _FIX_SPLIT))
+    stages = signals(evidence, "setup.pipeline_stages_fewer")
+    if stages:
+        fields = stages[0][1].fields
+        what = (
+            f"a pipeline group of {fields['group_size']} ranks runs a model cut into"
+            f" {fields['stages']} stage(s)"
+        )
+        found.append((0.75, what, stages, _FIX_STAGES))
     saved = signals(evidence, "setup.checkpoint_parallel_size", "setup.checkpoint_mp_world")
     if saved:
         fields = saved[0][1].fields
