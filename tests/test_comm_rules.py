@@ -992,3 +992,18 @@ def test_ranks_the_launcher_stopped_are_victims_of_the_rank_that_failed(tmp_path
     top = report.hypotheses[0]
     assert (top.cause_id, top.ranks) == ("comm.peer_failure", [1])
     assert top.location is not None and top.location.line == 30
+
+
+def test_no_net_plugin_without_nccl_debug_is_read_from_the_last_error(tmp_path: Path) -> None:
+    """Without NCCL_DEBUG, torch's `Last error:` copy is the only line that names it."""
+    text = (
+        "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/"
+        "c10d/NCCLUtils.cpp:93, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL"
+        " version 2.28.9\n"
+        "ncclInvalidUsage: This usually reflects invalid usage of NCCL library.\n"
+        "Last error:\n"
+        "Failed to initialize any NET plugin\n"
+    )
+    report = analyze_files(tmp_path, {"rank0.log": text})
+    assert report.hypotheses[0].cause_id == "comm.nccl_env_override"
+    assert "config.device_assignment" not in [h.cause_id for h in report.hypotheses]

@@ -74,3 +74,29 @@ def test_a_rank_past_the_hosts_gpus_is_an_invalid_ordinal() -> None:
     top = report["hypotheses"][0]
     assert top["cause_id"] == "config.device_assignment" and top["confidence"] >= 0.85
     assert top["ranks"] == [1] and "LOCAL_RANK" in top["fix"]
+
+
+def test_no_socket_interface_is_the_interface_not_two_ranks_on_one_gpu() -> None:
+    """NCCL 2.28.9 under NCCL_SOCKET_IFNAME=nonexist0: torch raises `invalid usage` with
+    NCCL's reason as its `Last error:`; the reason is read, the usual suspect of a bare
+    `invalid usage` (two ranks on one GPU) is not."""
+    report = analyze(GPU / "wrong_iface.log")
+    assert report["hypotheses"][0]["cause_id"] == "comm.wrong_interface"
+    assert "config.device_assignment" not in [h["cause_id"] for h in report["hypotheses"]]
+
+
+def test_no_network_transport_is_the_forced_nccl_net() -> None:
+    """NCCL 2.28.9 under NCCL_NET=IB on a host without InfiniBand."""
+    report = analyze(GPU / "net_ib.log")
+    top = report["hypotheses"][0]
+    assert top["cause_id"] == "comm.nccl_env_override" and top["confidence"] >= 0.5
+    assert "NCCL_NET=Socket" in top["fix"]
+    assert "config.device_assignment" not in [h["cause_id"] for h in report["hypotheses"]]
+
+
+def test_an_nccl_collective_on_a_cpu_tensor_is_the_backend_for_the_device() -> None:
+    """torch 2.11's refusal: `No backend type associated with device type cpu`."""
+    report = analyze(GPU / "cpu_tensor.log")
+    top = report["hypotheses"][0]
+    assert top["cause_id"] == "config.backend_device" and top["confidence"] >= 0.85
+    assert top["ranks"] == [0] and top["location"]["file"].endswith("nccl_refusals.py")

@@ -320,6 +320,17 @@ signature(
     summary="NCCL cannot open a socket of the address family of the interface it chose",
 )
 
+# plugin/net.cc: no network transport opened, the built-in socket one included. It opens
+# on any host with an interface, so NCCL_NET must have named one that cannot (IB without
+# its devices in the container, an OFI/gIB plugin not on the library path or built for
+# another NCCL): torch then raises `invalid usage` with this as its `Last error:`.
+signature(
+    "nccl.no_net_plugin",
+    r"Failed to initialize any NET plugin",
+    anchors="Failed to initialize any NET plugin",
+    summary="NCCL could open none of its network transports (NCCL_NET names one this host lacks)",
+)
+
 signature(
     "nccl.no_interface",
     r"(?:no socket interface found|No usable listening interface found"

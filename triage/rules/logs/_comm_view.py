@@ -72,6 +72,7 @@ SPECIFIC = frozenset(
         "shm.dataloader_bus_error",
         "shm.ray_request",
         "nccl.no_interface",
+        "nccl.no_net_plugin",
         "nccl.socket_family",
         "nccl.connect_failed",
         "gloo.no_address",
@@ -202,6 +203,11 @@ class CommView:
         return any(self.by_name.get(name) for name in SPECIFIC) or any(
             not s.signature.startswith(_NAMELESS) for _, s in self.other_failures()
         )
+
+    def reason_shown(self) -> bool:
+        """NCCL said why it failed: a WARN line that reports a failure, or a line a specific
+        signature reads (also as the copy after torch's `Last error:`)."""
+        return bool(self.warnings()) or any(self.by_name.get(name) for name in SPECIFIC)
 
     def unnamed(self, *kinds: str) -> list[Signal]:
         """NCCL result codes of these kinds ("system", "internal") when no line names the

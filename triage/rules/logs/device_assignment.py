@@ -221,7 +221,7 @@ def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
         for e, s in signals(evidence, "nccl.error")
         if s.fields.get("kind") == "invalid_usage"
     ]
-    if invalid and not duplicate:
+    if invalid and not duplicate and not comm_view(evidence).reason_shown():
         found.append(
             (
                 0.5,

@@ -52,7 +52,9 @@ def nccl_env_override(evidence: EvidenceSet) -> Iterator[Finding]:
     that also shows a communication failure or a stall in setup. Alone they are not a
     finding: tuned clusters set many of them on purpose. Without any such line, NCCL's
     `Attribute arch of node cpu not found`: a topology XML file (NCCL_TOPO_FILE, maybe set
-    by an image or a network plugin) that does not describe this machine.
+    by an image or a network plugin) that does not describe this machine. NCCL's `Failed to
+    initialize any NET plugin` (0.55; 0.65 with NCCL_NET echoed): its own socket transport
+    opens on any host with an interface, so NCCL_NET named one this host cannot open.
 
     Why it happens:
     Settings copied from another cluster's launch script or a vendor container describe
@@ -77,6 +79,7 @@ def nccl_env_override(evidence: EvidenceSet) -> Iterator[Finding]:
     NCCL environment variables documentation.
     """
     view = comm_view(evidence)
+    yield from _no_network(view)
     forced = [(e, s) for e, s in view.override_lines() if s.fields.get("variable") in FORCING]
     if not forced:
         yield from _topology_file(view)
@@ -132,4 +135,33 @@ def _topology_file(view: CommView) -> Iterator[Finding]:
         " a network plugin that injects a static topology for the full machine.",
         confirm="the job runs with NCCL_TOPO_FILE unset (or NCCL_DEBUG=INFO shows the file NCCL"
         " loaded)",
+    )
+
+
+def _no_network(view: CommView) -> Iterator[Finding]:
+    """No network transport opened: NCCL's built-in socket transport opens wherever an
+    interface exists, so NCCL_NET (set by a recipe, a module or the image) restricted it to
+    one this host cannot open: IB without its devices in the container, an OFI or gIB
+    plugin missing from the library path or built for another NCCL."""
+    failed = view.of("nccl.no_net_plugin")
+    if not failed:
+        return
+    net = view.overrides().get("NCCL_NET")
+    named = f"NCCL_NET={net}" if net else "NCCL_NET"
+    yield Finding(
+        title=f"NCCL could open no network transport: {named} names one this host cannot open",
+        summary="NCCL failed with `Failed to initialize any NET plugin`: its own socket"
+        f" transport opens on any host with an interface, so {named} (set by the job, the image,"
+        " a module or the container recipe) restricted it to a transport that could not start"
+        " here.",
+        ranks=[],
+        confidence=0.65 if net else 0.55,
+        evidence=ids(failed)[:8],
+        fix="Find who sets NCCL_NET (`env | grep NCCL`, the image's /etc/profile.d, a module,"
+        " the container recipe, /etc/nccl.conf). On one node unset it or set NCCL_NET=Socket;"
+        " across nodes make that transport loadable: the InfiniBand devices inside the"
+        " container (--device /dev/infiniband, or the RDMA device plugin), its plugin"
+        " (libnccl-net*.so: aws-ofi-nccl, gIB) on LD_LIBRARY_PATH and built for this NCCL.",
+        confirm="`env | grep NCCL_NET` in the rank's environment names a transport, and the job"
+        " starts with NCCL_NET=Socket on one node",
     )
