@@ -760,3 +760,30 @@ def test_json_dumps_of_the_generator_match_torch_json(tmp_path: Path) -> None:
     optional = {"duration_ms"}  # written by NCCL when it times its kernels
     assert set(ours["entries"][0]) - optional == set(real["entries"][0])
     assert all(isinstance(v, str) for v in ours["pg_status"]["0"].values())
+
+
+def test_a_timeout_says_every_rank_is_inside_only_when_every_member_dumped(tmp_path: Path) -> None:
+    """A watchdog timeout's report sends the reader below Python only when the dumps cover the
+    whole group and agree; one member without a dump may be the rank that held it up."""
+    from triage.registry import EvidenceSet
+    from triage.rules.logs.collective_timeout import _every_member_inside
+
+    train = tmp_path / "train.py"
+    train.write_text(TRAIN)
+
+    def said(*sides: FRSide) -> str:
+        point = FRStuckGroup(
+            group="0", members=4, membership="world", world=4, seq=9, root=True, sides=list(sides)
+        )
+        item = Evidence(
+            id=point.evidence_id(), kind="fr_stuck", source="t", summary="", data=point.model_dump()
+        )
+        return _every_member_inside(EvidenceSet([item]))
+
+    assert "every member of group 0 (4 ranks) dumped: ranks 0-3 wait in" in said(
+        side("waiting", [0, 1, 2, 3], "all_reduce", train, 6)
+    )
+    assert (
+        said(side("waiting", [0, 1, 2], "all_reduce", train, 6), FRSide(state="no_dump", ranks=[3]))
+        == ""
+    )

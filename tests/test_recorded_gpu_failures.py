@@ -100,3 +100,19 @@ def test_an_nccl_collective_on_a_cpu_tensor_is_the_backend_for_the_device() -> N
     top = report["hypotheses"][0]
     assert top["cause_id"] == "config.backend_device" and top["confidence"] >= 0.85
     assert top["ranks"] == [0] and top["location"]["file"].endswith("nccl_refusals.py")
+
+
+def test_a_real_nccl_flight_recorder_dump_of_a_collective_that_never_ran() -> None:
+    """torch 2.11's NCCL dump (format 2.10) at the watchdog's timeout: a kernel spun ahead of
+    all_reduce #6 on the rank's stream. Every member's dump agrees, so the report does not
+    send the reader after a missing rank but below the Python calls."""
+    report = analyze(GPU / "fr_timeout")
+    [overview] = [e["data"] for e in report["evidence"] if e["kind"] == "fr_overview"]
+    assert overview["backends"] == ["nccl"] and overview["entries"] == 6
+    [stuck] = [e["data"] for e in report["evidence"] if e["kind"] == "fr_stuck"]
+    assert stuck["seq"] == 6 and stuck["sides"][0]["op"]["state"] == "scheduled"
+    top = report["hypotheses"][0]
+    assert top["cause_id"] == "hang.collective_timeout"
+    assert top["title"] == "a collective timed out with every rank of its group inside it"
+    assert "seq 6" in top["summary"] and top["fix"].startswith("Look below Python")
+    assert top["location"]["line"] == 23

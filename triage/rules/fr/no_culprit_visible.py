@@ -20,7 +20,9 @@ def fr_no_culprit_visible(evidence: EvidenceSet) -> Iterator[Finding]:
 
     Why it happens:
     The stall is below the collective calls: the network or the NCCL transport, a GPU
-    that stopped (Xid), or a member whose dump is missing or unreadable.
+    that stopped (Xid), GPU work queued ahead of the collective on a rank's stream that never
+    finishes (a kernel spinning or waiting on another GPU), or a member whose dump is missing
+    or unreadable.
 
     Evidence:
     Flight Recorder dumps that agree on the stuck op.
@@ -48,5 +50,6 @@ def fr_no_culprit_visible(evidence: EvidenceSet) -> Iterator[Finding]:
             confidence=round(0.3 * coverage(point), 3),
             evidence=[item.id],
             fix="Look below Python: NCCL_DEBUG=INFO logs of every rank, kernel logs for GPU "
-            "(Xid) or network errors, and any dumps that are missing.",
+            "(Xid) or network errors, the GPUs' utilisation (a kernel ahead of the collective "
+            "that never ends keeps one at 100%), and any dumps that are missing.",
         )

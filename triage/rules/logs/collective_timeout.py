@@ -9,9 +9,10 @@ from collections.abc import Iterator
 from triage.models import Evidence, Finding
 from triage.observations import LogSignal
 from triage.registry import EvidenceSet, rule
+from triage.rules.fr._stuck_groups import coverage, majority, stuck_groups
 from triage.rules.logs._hang_lines import hang_log
 from triage.rules.logs._signals import ids, signals
-from triage.text import rank_label
+from triage.text import plural, rank_label
 
 #: The watchdog's own words or frames, when the WorkNCCL details did not come with them.
 _WATCHDOG = re.compile(
@@ -23,6 +24,12 @@ _COLLECT = (
     "`py-spy dump --pid PID` per rank); next run, set TORCH_FR_BUFFER_SIZE=2000 for Flight "
     "Recorder dumps on timeout and TORCH_DISTRIBUTED_DEBUG=DETAIL to turn a mismatch into an "
     "error naming the ranks; keep every rank's log (torchrun --redirects 3 --tee 3)."
+)
+_BELOW = (
+    "Look below Python: NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET logs of every rank (the"
+    " transport each channel uses, a WARN), the hosts' kernel logs (GPU Xid, link down), the"
+    " GPUs' utilisation while it hangs (a kernel queued ahead of the collective that never ends"
+    " keeps a GPU at 100%), and every rank's stack (`triage hang --launcher-pid PID`)."
 )
 _RPC = (
     "Find what the called worker was doing (its stack with py-spy, its log): a long first "
@@ -128,6 +135,10 @@ def collective_timeout(evidence: EvidenceSet) -> Iterator[Finding]:
             " Every rank that reports waits in the same collective: the stall is on a rank "
             "whose log is missing, or below Python (network, NCCL, a GPU)."
         )
+    inside = _every_member_inside(evidence)
+    if inside:
+        title, tail = "a collective timed out with every rank of its group inside it", inside
+        fix = _BELOW
     yield Finding(
         title=title,
         summary=f"{what[0].upper()}{what[1:]}.{tail}",
@@ -150,8 +161,11 @@ def _ranks(found: list[tuple[Evidence, LogSignal]]) -> list[int]:
 def _describe(found: list[tuple[Evidence, LogSignal]]) -> str:
     """'ranks 0-3 timed out in ALLREDUCE #1580 (NumelIn 466119168) after 600000 ms; ...'."""
     groups: dict[str, set[int]] = defaultdict(set)
-    for _, sig in found:
-        groups[_what(sig)].add(-1 if sig.rank is None else sig.rank)
+    progress = "hang.watchdog_progress"  # the watchdog's second word on a timeout it named
+    for _, sig in sorted(found, key=lambda item: item[1].signature == progress):
+        rank = -1 if sig.rank is None else sig.rank
+        if sig.signature != progress or not any(rank in ranks for ranks in groups.values()):
+            groups[_what(sig)].add(rank)
     parts = []
     for what, ranks in list(groups.items())[:3]:
         known = sorted(r for r in ranks if r >= 0)
@@ -179,3 +193,21 @@ def _what(sig: LogSignal) -> str:
     numel = f" (NumelIn {f['numel_in']})" if "numel_in" in f else ""
     after = f" after {f['timeout_ms']} ms" if "timeout_ms" in f else ""
     return f"timed out in {op}{number}{numel}{after}"
+
+
+def _every_member_inside(evidence: EvidenceSet) -> str:
+    """Flight Recorder's word, when every member of the stuck group dumped and all wait in
+    the same collective: then no rank held it up by being elsewhere, whatever the logs
+    lack; the stall is below the calls."""
+    for _, point in stuck_groups(evidence):
+        normal = majority(point)
+        if normal is None or coverage(point) < 1.0 or any(s is not normal for s in point.sides):
+            continue
+        return (
+            f" Flight Recorder: every member of group {point.group}"
+            f" ({plural(point.members, 'rank')}) dumped: {normal.describe()}, and none finished"
+            " it, so no rank is missing or elsewhere: the stall is below the Python calls (the"
+            " network or NCCL's transport, a GPU that stopped, or GPU work queued ahead of the"
+            " collective on a rank's stream that never finished)."
+        )
+    return ""
