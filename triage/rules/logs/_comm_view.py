@@ -204,11 +204,6 @@ class CommView:
             not s.signature.startswith(_NAMELESS) for _, s in self.other_failures()
         )
 
-    def reason_shown(self) -> bool:
-        """NCCL said why it failed: a WARN line that reports a failure, or a line a specific
-        signature reads (also as the copy after torch's `Last error:`)."""
-        return bool(self.warnings()) or any(self.by_name.get(name) for name in SPECIFIC)
-
     def unnamed(self, *kinds: str) -> list[Signal]:
         """NCCL result codes of these kinds ("system", "internal") when no line names the
         call that failed: no specific signature, no lost peer, no failure of another family.

@@ -89,6 +89,12 @@ _WORDED = (
 )
 
 
+#: Other set-up failures NCCL returns as `invalid usage` (NCCL 2.28's bootstrap finding no
+#: interface, no network transport opening): with one of them named, the result code is
+#: theirs, not a sign of two ranks on one GPU.
+_OTHER_INVALID_USAGE = ("nccl.no_interface", "nccl.no_net_plugin")
+
+
 @rule("logs.device_assignment", "config.device_assignment")
 def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
     """Ranks are mapped to GPUs wrongly: two on one device, or one on a device that is missing.
@@ -221,7 +227,7 @@ def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
         for e, s in signals(evidence, "nccl.error")
         if s.fields.get("kind") == "invalid_usage"
     ]
-    if invalid and not duplicate and not comm_view(evidence).reason_shown():
+    if invalid and not duplicate and not signals(evidence, *_OTHER_INVALID_USAGE):
         found.append(
             (
                 0.5,
