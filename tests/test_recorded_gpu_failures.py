@@ -116,3 +116,22 @@ def test_a_real_nccl_flight_recorder_dump_of_a_collective_that_never_ran() -> No
     assert top["title"] == "a collective timed out with every rank of its group inside it"
     assert "seq 6" in top["summary"] and top["fix"].startswith("Look below Python")
     assert top["location"]["line"] == 23
+
+
+def test_nccl_without_room_for_its_buffers_is_told_to_leave_it_room() -> None:
+    """NCCL 2.28.9 on a GPU the rank filled first: `Cuda failure 2 'out of memory'` in its
+    allocator and torch's `unhandled cuda error`, no allocator numbers."""
+    report = analyze(GPU / "oom_init.log")
+    top = report["hypotheses"][0]
+    assert top["cause_id"] == "oom.capacity" and top["confidence"] < 0.5
+    assert top["title"] == "NCCL ran out of GPU memory for its buffers"
+    assert "NCCL_BUFFSIZE" in top["fix"] and "first collective" in top["fix"]
+
+
+def test_a_topology_file_that_does_not_describe_the_machine() -> None:
+    """NCCL 2.28.9 under NCCL_TOPO_FILE naming an XML whose CPU has no arch, NCCL_DEBUG=INFO:
+    `Attribute arch of node cpu not found`, an internal error."""
+    report = analyze(GPU / "topo_file.log")
+    top = report["hypotheses"][0]
+    assert top["cause_id"] == "comm.nccl_env_override"
+    assert "NCCL_TOPO_FILE" in top["title"]

@@ -27,6 +27,16 @@ FIX = (
     "state to CPU when it is the optimizer step that fails. Measure with "
     "torch.cuda.max_memory_allocated() per step."
 )
+#: NCCL's own allocations (cuMem, outside torch's cache) when a communicator is set up.
+FIX_NCCL = (
+    "Leave NCCL room for its buffers, which it allocates outside PyTorch's cache when a"
+    " communicator is set up (init_process_group with device_id, else the first collective of"
+    " each group, and every new_group or DeviceMesh): create the process groups and run a first"
+    " collective before the model and optimizer fill the GPU, release PyTorch's cache before"
+    " making a group late (torch.cuda.empty_cache()), check that no other process holds the GPU"
+    " (nvidia-smi), and shrink NCCL's share where it is large (NCCL_BUFFSIZE, NCCL_MAX_NCHANNELS"
+    " with many peers)."
+)
 CONFIRM = (
     "the OOM message shows allocated ≈ reserved ≈ the GPU's capacity and the request exceeds "
     "free plus reserved-but-unallocated memory (nothing to defragment, no other process)"
@@ -96,6 +106,9 @@ def capacity(evidence: EvidenceSet) -> Iterator[Finding]:
     Fix:
     Reduce the per-GPU working set: smaller micro-batch plus gradient accumulation, activation
     checkpointing, mixed precision, FSDP/ZeRO-3 sharding or more GPUs, optimizer offload.
+    When NCCL's own allocation failed (`NCCL WARN Cuda failure 'out of memory'`, no allocator
+    numbers): leave it room when communicators are set up (groups made before the model fills
+    the GPU, PyTorch's cache released before a late new_group, NCCL_BUFFSIZE).
 
     Known false positives:
     Without numbers (a bare `CUDA error: out of memory`) the cause is a guess; another process
@@ -129,14 +142,17 @@ def capacity(evidence: EvidenceSet) -> Iterator[Finding]:
             ids += dump_finding[3]
     else:
         return
+    nccl = best_log is not None and best_log.event.kind == "nccl" and confidence < 0.5
     yield Finding(
-        title="The working set does not fit in GPU memory",
+        title="NCCL ran out of GPU memory for its buffers"
+        if nccl
+        else "The working set does not fit in GPU memory",
         summary=summary,
         ranks=ranks,
         location=location,
         confidence=round(confidence, 3),
         evidence=ids,
-        fix=FIX,
+        fix=FIX_NCCL if nccl else FIX,
         confirm=CONFIRM,
     )
 
