@@ -1184,3 +1184,24 @@ def test_a_detail_mismatch_wrapped_before_its_fingerprints_is_a_weaker_mismatch(
     found = diagnose(tmp_path, {"console.log": wrapped})
     assert (found[0].cause_id, found[0].confidence) == ("hang.mismatched_collective", 0.5)
     assert "cut from the paste" in found[0].summary
+
+
+def test_an_index_kernels_assertion_is_named(tmp_path: Path) -> None:
+    """ATen's index_select check, as public reports paste it (a token id past the vocabulary)."""
+    text = (
+        "../aten/src/ATen/native/cuda/Indexing.cu:1141: indexSelectLargeIndex: block: [114,0,0],"
+        " thread: [64,0,0] Assertion `srcIndex < srcSelectDimSize` failed.\n"
+        "RuntimeError: CUDA error: device-side assert triggered\n"
+    )
+    top = analyze_files(tmp_path, {"rank3.log": text}).hypotheses[0]
+    assert top.cause_id == "hang.rank_exited" and top.confidence == 0.45
+    assert "`srcIndex < srcSelectDimSize` failed in indexSelectLargeIndex" in top.title
+    (tmp_path / "lambda").mkdir()
+    lambda_kernel = analyze_files(tmp_path / "lambda", {"rank0.log": CRASH_IN_LAMBDA})
+    assert "failed in a kernel of IndexKernel.cu" in lambda_kernel.hypotheses[0].title
+
+
+CRASH_IN_LAMBDA = (
+    "/pytorch/aten/src/ATen/native/cuda/IndexKernel.cu:92: operator(): block: [0,0,0], thread:"
+    ' [0,0,0] Assertion `-sizes[i] <= index && index < sizes[i] && "index out of bounds"` failed.\n'
+)

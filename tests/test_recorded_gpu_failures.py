@@ -135,3 +135,29 @@ def test_a_topology_file_that_does_not_describe_the_machine() -> None:
     top = report["hypotheses"][0]
     assert top["cause_id"] == "comm.nccl_env_override"
     assert "NCCL_TOPO_FILE" in top["title"]
+
+
+def test_a_rank_that_sees_no_gpu() -> None:
+    """torch 2.11 under CUDA_VISIBLE_DEVICES= : `No CUDA GPUs are available` at set_device."""
+    report = analyze(GPU / "no_gpu.log")
+    top = report["hypotheses"][0]
+    assert (top["cause_id"], top["confidence"]) == ("config.device_assignment", 0.6)
+    assert "CUDA_VISIBLE_DEVICES" in top["fix"] and "--gpus" in top["fix"]
+
+
+def test_a_kernels_own_assertion_names_what_the_rank_died_on() -> None:
+    """A label past the classes in nll_loss: ATen's device-side assert, then the watchdog's
+    abort; the assertion's check and kernel are the cause the report names."""
+    report = analyze(GPU / "device_assert.log")
+    top = report["hypotheses"][0]
+    assert top["cause_id"] == "hang.rank_exited" and top["ranks"] == [0]
+    assert "`t >= 0 && t < n_classes`" in top["title"]
+    assert "nll_loss_forward_reduce_cuda_kernel_2d" in top["title"]
+    assert "CUDA_LAUNCH_BLOCKING=1" in top["fix"] and "n_classes" in top["fix"]
+
+
+def test_cublas_without_memory_for_its_handle_is_out_of_memory() -> None:
+    """`CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate(handle)` on a full GPU."""
+    report = analyze(GPU / "cublas_oom.log")
+    top = report["hypotheses"][0]
+    assert top["cause_id"] == "oom.capacity" and top["ranks"] == [0]

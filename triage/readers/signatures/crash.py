@@ -64,7 +64,8 @@ signature(
     "cuda.kernel_fault",
     r"(?P<how>an illegal memory access was encountered|device-side assert(?:ion)? triggered|"
     r"misaligned address|unspecified launch failure|an illegal instruction was encountered|"
-    r"\.cu:\d+: [^\n]*Assertion `[^\n]*` failed)",
+    r"(?P<source>\w+\.cu):\d+: (?P<kernel>[^:\n]+): [^\n]*Assertion `(?P<check>[^\n`]*)`"
+    r" failed)",
     anchors=(
         "illegal memory access",
         "device-side assert",

@@ -177,6 +177,14 @@ signature(
     summary="a rank asked for a GPU index this host (or its CUDA_VISIBLE_DEVICES) does not have",
 )
 
+# torch's lazy CUDA init when the process sees no device, and CUDA's cudaErrorNoDevice.
+signature(
+    "setup.no_gpu_visible",
+    r"No CUDA GPUs are available|no CUDA-capable device is detected",
+    anchors=("No CUDA GPUs are available", "no CUDA-capable device is detected"),
+    summary="the process sees no GPU (CUDA_VISIBLE_DEVICES empty or wrong, a container without GPUs)",
+)
+
 signature(
     "setup.devices_unavailable",
     r"all CUDA-capable devices are busy or unavailable|CUDA-capable device\(s\) is/are busy or unavailable",

@@ -38,6 +38,16 @@ _FIX_MIXED = (
 #: Findings whose wording the signature alone decides: (signature, confidence, what, fix).
 _WORDED = (
     (
+        "setup.no_gpu_visible",
+        0.6,
+        "a rank sees no GPU at all",
+        "Check what the rank itself sees: `echo $CUDA_VISIBLE_DEVICES; nvidia-smi -L` in its"
+        " environment (workers inherit it from the launcher). Under Slurm ask for GPUs"
+        " (--gpus-per-task or --gres=gpu:N, which set CUDA_VISIBLE_DEVICES per task); in a"
+        " container pass them in (--gpus all with the NVIDIA container toolkit); a script or"
+        " launcher that sets CUDA_VISIBLE_DEVICES per rank must name devices this host has.",
+    ),
+    (
         "setup.devices_unavailable",
         0.6,
         "the GPU refused another process (busy or unavailable)",
@@ -106,6 +116,8 @@ def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
     than GPUs, or RANK used instead of LOCAL_RANK on a second node; XPU and other backends
     word it `The device index is out of range. It must be in [0, 6), but got 11.`); `all CUDA-capable
     devices are busy or unavailable` (two ranks on one GPU in exclusive-process mode);
+    torch's `No CUDA GPUs are available` and CUDA's `no CUDA-capable device is detected`
+    (0.6: the rank sees no GPU: CUDA_VISIBLE_DEVICES empty or wrong, a container without GPUs);
     weaker: NCCL's `invalid usage` result with no reason shown (its usual cause is two
     ranks on one GPU; NCCL_DEBUG=WARN prints the `Duplicate GPU` line); weaker still, one
     operation on tensors of two GPUs (`Expected all tensors to be on the same device, ...

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from triage.models import Finding
+from triage.observations import LogSignal
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._signals import Signal, ids, ranks_of, signals
 from triage.text import rank_label
@@ -41,6 +42,11 @@ def rank_crashed(evidence: EvidenceSet) -> Iterator[Finding]:
     3`, `srun --output=%t.log`), a core dump or `faulthandler` for native crashes, and
     CUDA_LAUNCH_BLOCKING=1 for CUDA faults so the failing kernel is named where it runs.
 
+    A kernel's own assertion (`Loss.cu:245: nll_loss_forward_reduce_cuda_kernel_2d: ...
+    Assertion `t >= 0 && t < n_classes` failed.`) names what the rank died on (0.45): an
+    input outside the range the kernel checks (a label past the classes, an index past a
+    tensor); the fix then says which input to look at.
+
     Known false positives:
     A crash that is itself a symptom (a peer's watchdog aborting after a timeout the text
     does not show).
@@ -60,6 +66,10 @@ def rank_crashed(evidence: EvidenceSet) -> Iterator[Finding]:
     ranks = ranks_of(s for _, s in found)
     who = rank_label(ranks) if ranks else "a process"
     cuda = [item for item in found if item[1].signature == "cuda.kernel_fault"]
+    checked = next((s for _, s in cuda if s.fields.get("check")), None)
+    if checked is not None:
+        yield _kernel_check(who, ranks, checked, found)
+        return
     yield Finding(
         title=f"{who} crashed or exited with an error, and the text does not say why",
         summary=f"{_quote(found)}; no line before it names a cause, so its peers (if any"
@@ -76,6 +86,32 @@ def rank_crashed(evidence: EvidenceSet) -> Iterator[Finding]:
             else "."
         ),
         confirm="the crashed rank's stderr or core dump names the failing call",
+    )
+
+
+def _kernel_check(who: str, ranks: list[int], checked: LogSignal, found: list[Signal]) -> Finding:
+    """A kernel's own assertion (ATen's CUDA_KERNEL_ASSERT) names the input it refused: the
+    crash's cause is in the text, even with no traceback at the kernel's launch."""
+    check, kernel = checked.fields["check"], checked.fields.get("kernel", "operator()")
+    if kernel == "operator()":  # a lambda's kernel: its source file says more
+        kernel = f"a kernel of {checked.fields.get('source', 'ATen')}"
+    return Finding(
+        title=f"{who} died on a CUDA kernel's own check: `{check}` failed in {kernel}",
+        summary=f"A CUDA kernel checked its input and stopped the process: `{check}` failed in"
+        f" {kernel} ({checked.path}:{checked.line}); the device-side assert ends the rank, and"
+        " its peers (if any waited) are victims. The Python line reported with it may be a"
+        " later call: CUDA reports kernel errors at the next synchronising call.",
+        ranks=ranks,
+        confidence=0.45,
+        evidence=ids(found[:8]),
+        fix="Find the input the check names in that rank's batch: a target outside [0,"
+        " n_classes) in a loss (labels numbered from 1, an ignore value other than ignore_index,"
+        " a head with fewer classes than the data), an index at or past a tensor's size in"
+        " index_select/embedding (a token id at or above the vocabulary size: a tokenizer and"
+        " model that disagree). Rerun with CUDA_LAUNCH_BLOCKING=1 for the Python line that"
+        " launched the kernel.",
+        confirm="the batch holds a value outside the range the check names (max label or token"
+        " id against the model's size)",
     )
 
 
