@@ -114,8 +114,9 @@ def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
     `Init START/COMPLETE` lines of one communicator that place two processes on one busId of
     one host; `CUDA error: invalid device ordinal` (set_device(local_rank) with more ranks
     than GPUs, or RANK used instead of LOCAL_RANK on a second node; XPU and other backends
-    word it `The device index is out of range. It must be in [0, 6), but got 11.`); `all CUDA-capable
-    devices are busy or unavailable` (two ranks on one GPU in exclusive-process mode);
+    word it `The device index is out of range. It must be in [0, 6), but got 11.`);
+    `all CUDA-capable devices are busy or unavailable` (two ranks on one GPU in
+    exclusive-process mode);
     torch's `No CUDA GPUs are available` and CUDA's `no CUDA-capable device is detected`
     (0.6: the rank sees no GPU: CUDA_VISIBLE_DEVICES empty or wrong, a container without GPUs);
     weaker: NCCL's `invalid usage` result with no reason shown (its usual cause is two
