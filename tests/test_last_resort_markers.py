@@ -162,3 +162,28 @@ def test_a_launcher_hung_up_on_is_no_out_of_memory(tmp_path: Path) -> None:
     top = report.hypotheses[0]
     assert (top.cause_id, top.confidence) == ("hang.unknown", 0.1)
     assert "terminal closed" in top.title and "nohup" in top.fix
+
+
+def test_an_exit_code_after_a_visible_exception_is_no_crash_without_a_cause(
+    tmp_path: Path,
+) -> None:
+    """torchrun's `failed (exitcode: 1)` echoes Python's exit after the exception above it:
+    the text does say why, so the exception is what the report reads; a signal stays a crash."""
+    exception = (
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 12, in <module>\n'
+        "    main()\n"
+        "KeyError: 'labels'\n"
+    )
+    exit_line = (
+        "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: {code})"
+        " local_rank: 0 (pid: 2412) of binary: /usr/bin/python3\n"
+    )
+    echoed = analyze_files(tmp_path, {"job.log": exception + exit_line.format(code=1)})
+    assert not any("does not say why" in h.title for h in echoed.hypotheses)
+    assert echoed.hypotheses[0].cause_id == "config.unknown"
+    (tmp_path / "signal").mkdir()
+    crashed = analyze_files(
+        tmp_path / "signal", {"job.log": exception + exit_line.format(code=-11)}
+    )
+    assert any("does not say why" in h.title for h in crashed.hypotheses)

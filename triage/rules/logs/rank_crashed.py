@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from triage.models import Finding
 from triage.observations import LogSignal
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._signals import Signal, ids, ranks_of, signals
+from triage.rules.logs._signals import Signal, first_exception, ids, ranks_of, signals
 from triage.text import rank_label
 
 #: The launcher's own teardown of healthy workers: no failure of theirs.
@@ -27,7 +27,8 @@ def rank_crashed(evidence: EvidenceSet) -> Iterator[Finding]:
     dumped`, `terminate called after throwing`, `Fatal Python error:`), a CUDA kernel fault
     (illegal memory access, device-side assert), srun's or mpirun's report of a task that
     exited with a code or a signal, torchrun's `failed (exitcode: N)`, when no other rule
-    finds anything. It stands only then.
+    finds anything. It stands only then. A positive exit code beside a Python exception is
+    that exception's exit (the text says why, and the exception rules read it), not read.
 
     Why it happens:
     The rank's own error is not in the text: a native crash (NCCL, a CUDA extension, a
@@ -54,11 +55,13 @@ def rank_crashed(evidence: EvidenceSet) -> Iterator[Finding]:
     References:
     https://pytorch.org/docs/stable/elastic/errors.html
     """
+    raised = first_exception(evidence) is not None
     found = signals(evidence, *_CRASHES) + [
         item
         for item in signals(evidence, *_EXITS)
         if item[1].fields.get("exitcode") not in _TEARDOWN_CODES
         and item[1].fields.get("signal") not in ("SIGTERM", "SIGKILL")
+        and not (raised and _echoes_an_exception(item[1]))
     ]
     if not found:
         return
@@ -113,6 +116,13 @@ def _kernel_check(who: str, ranks: list[int], checked: LogSignal, found: list[Si
         confirm="the batch holds a value outside the range the check names (max label or token"
         " id against the model's size)",
     )
+
+
+def _echoes_an_exception(exit_line: LogSignal) -> bool:
+    """The launcher's word that a worker exited with a positive code: Python's exit after an
+    uncaught exception, which the text then holds (a signal is a crash of its own)."""
+    code = exit_line.fields.get("exitcode")
+    return isinstance(code, int) and code > 0
 
 
 def _quote(found: list[Signal]) -> str:
