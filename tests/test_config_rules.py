@@ -1192,3 +1192,15 @@ def test_a_device_index_past_the_backends_devices(tmp_path: Path) -> None:
     verdict = top(analyze_files(tmp_path, {"rank23.log": line}))
     assert verdict.cause_id == "config.device_assignment"
     assert "device 11; it sees 6" in verdict.title
+
+
+def test_a_custom_kernels_contiguity_check_is_no_collective(tmp_path: Path) -> None:
+    """Triton ops and extensions raise c10d's words about their own inputs."""
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "kern.py", line 5, in softcap\n'
+        '    assert x.is_contiguous(), "Tensors must be contiguous"\n'
+        "AssertionError: Tensors must be contiguous\n"
+    )
+    report = analyze_files(tmp_path, {"rank0.log": text})
+    assert "config.backend_device" not in [h.cause_id for h in report.hypotheses]

@@ -161,3 +161,31 @@ def test_cublas_without_memory_for_its_handle_is_out_of_memory() -> None:
     report = analyze(GPU / "cublas_oom.log")
     top = report["hypotheses"][0]
     assert top["cause_id"] == "oom.capacity" and top["ranks"] == [0]
+
+
+def test_cuda_in_a_process_forked_after_its_parent_used_cuda() -> None:
+    """torch 2.11's `Cannot re-initialize CUDA in forked subprocess` in a forked child."""
+    report = analyze(GPU / "fork_cuda.log")
+    top = report["hypotheses"][0]
+    assert (top["cause_id"], top["confidence"]) == ("config.launcher_args", 0.7)
+    assert top["location"]["function"] == "child" and "spawn" in top["fix"]
+
+
+def test_a_collective_on_a_strided_view() -> None:
+    """c10d's `Tensors must be contiguous` for all_reduce of a transposed slice on NCCL."""
+    report = analyze(GPU / "non_contiguous.log")
+    top = report["hypotheses"][0]
+    assert (top["cause_id"], top["confidence"]) == ("config.backend_device", 0.7)
+    assert ".contiguous()" in top["fix"] and top["location"]["line"] == 40
+
+
+def test_a_reduce_op_nccl_does_not_have() -> None:
+    report = analyze(GPU / "band.log")
+    top = report["hypotheses"][0]
+    assert top["cause_id"] == "config.backend_device" and "BAND" in top["title"]
+
+
+def test_init_process_group_twice_is_the_jobs_setup() -> None:
+    report = analyze(GPU / "twice.log")
+    assert report["hypotheses"][0]["cause_id"] == "config.unknown"
+    assert "twice" in report["hypotheses"][0]["title"]

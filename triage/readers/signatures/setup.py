@@ -147,6 +147,15 @@ signature(
     summary="a collective ran before init_process_group, typically because the script was not launched distributed",
 )
 
+# torch's lazy CUDA init in a process forked after its parent had initialised CUDA (a
+# notebook launcher, a fork start method, a DataLoader worker touching the GPU).
+signature(
+    "setup.cuda_after_fork",
+    r"Cannot re-initialize CUDA in forked subprocess",
+    anchors="Cannot re-initialize CUDA in forked subprocess",
+    summary="a process forked after its parent initialised CUDA tried to use CUDA",
+)
+
 signature(
     "setup.deepspeed_no_launcher",
     r"Not using the DeepSpeed or dist launchers, attempting to detect MPI environment",
@@ -493,6 +502,15 @@ signature(
     r"Tensors? must be CUDA and dense",
     anchors="must be CUDA and dense",
     summary="NCCL was given a CPU (or sparse) tensor",
+)
+
+# c10d's check on every collective's tensors (NCCL and gloo): a view (a transposed or
+# strided slice) cannot be handed to the backend as it is.
+signature(
+    "setup.tensor_not_contiguous",
+    r"Tensors? must be contiguous",
+    anchors="must be contiguous",
+    summary="a collective was given a non-contiguous tensor (a transposed or strided view)",
 )
 
 signature(

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._comm_view import quoted_finding
-from triage.rules.logs._signals import Found, signals
+from triage.rules.logs._signals import Found, signals, tracebacks
 
 _TEXT = re.compile(r"backend|Backend|does not support|ProcessGroup|CUDA|device|ReduceOp|nccl")
 
@@ -47,8 +47,10 @@ def backend_device(evidence: EvidenceSet) -> Iterator[Finding]:
     associated with device type cpu` and `Tensors must be CUDA and dense` (CPU tensors on
     an NCCL group); `ProcessGroupGloo does not support reduce_scatter`, `Backend gloo does
     not support ...`, `ProcessGroupGloo::<op>: unsupported device type`, `Cannot use
-    ReduceOp.PREMUL_SUM with Gloo`; weaker (0.6), `Torch not compiled with CUDA enabled` (a
-    CPU-only build of torch asked for the GPU).
+    ReduceOp.PREMUL_SUM with Gloo`; c10d's `Tensors must be contiguous` raised in a
+    collective (0.7: a transposed or strided view handed to it; custom kernels raise the same
+    words and are not read); weaker (0.6), `Torch not compiled with CUDA enabled`
+    (a CPU-only build of torch asked for the GPU).
 
     Why it happens:
     The backend is chosen for one device and the tensors live on another (metrics or
@@ -105,6 +107,18 @@ def backend_device(evidence: EvidenceSet) -> Iterator[Finding]:
     if ops:
         op = next((str(s.fields["op"]) for _, s in ops if s.fields.get("op")), "the operation")
         found.append((0.86, f"the backend does not support {op}", ops, _FIX_OP))
+    strided = signals(evidence, "setup.tensor_not_contiguous")
+    if strided and _in_a_collective(evidence, "must be contiguous"):
+        found.append(
+            (
+                0.7,
+                "a collective got a non-contiguous tensor (a transposed or strided view)",
+                strided,
+                "Hand collectives contiguous tensors: `t = t.contiguous()` before the call (and"
+                " copy the result back into the view if it was meant to be updated in place), or"
+                " build the buffer contiguous (torch.empty(...), then copy the slice in).",
+            )
+        )
     if not found:
         return
     yield quoted_finding(
@@ -113,4 +127,13 @@ def backend_device(evidence: EvidenceSet) -> Iterator[Finding]:
         _TEXT,
         "the failing call's tensor device (tensor.device) or op is not in the backend's "
         "support table for the group it runs on",
+    )
+
+
+def _in_a_collective(evidence: EvidenceSet, words: str) -> bool:
+    """A traceback with these words raised inside torch.distributed's collectives: custom
+    kernels and Triton ops raise the same words about their own inputs."""
+    return any(
+        words in record.message and any("distributed_c10d" in f.file for f in record.frames)
+        for _, record in tracebacks(evidence)
     )

@@ -57,7 +57,9 @@ def launcher_args(evidence: EvidenceSet) -> Iterator[Finding]:
     by a wrapper script's shifted arguments); argparse's usage block without its error line
     (0.4; 0.6 when it lists a --local-rank or --local_rank option); supported by
     the `torch.distributed.launch is deprecated` warning and by every worker exiting with
-    code 2 (argparse's usage error) right away.
+    code 2 (argparse's usage error) right away. torch's `Cannot re-initialize CUDA in forked
+    subprocess` (0.7): the launch forks its processes (a notebook launcher, the fork start
+    method) after the parent initialised CUDA.
 
     Why it happens:
     `torch.distributed.launch` appends `--local-rank=N` to the script's argv (torch >= 2.0
@@ -84,6 +86,7 @@ def launcher_args(evidence: EvidenceSet) -> Iterator[Finding]:
     torch.distributed.launch / torchrun docs ("Transitioning from torch.distributed.launch
     to torchrun"); Python argparse.
     """
+    yield from _forked_after_cuda(evidence)
     parsed = signals(evidence, *_ARGPARSE)
     deprecated = signals(evidence, "setup.launch_deprecated")
     exits = [
@@ -180,6 +183,35 @@ def launcher_args(evidence: EvidenceSet) -> Iterator[Finding]:
             fix=_FIX_EXTRA,
             confirm="the workers' own stderr shows `error: unrecognized arguments` or a usage line",
         )
+
+
+def _forked_after_cuda(evidence: EvidenceSet) -> Iterator[Finding]:
+    """The launch forks its processes after the parent touched CUDA: the start method (fork,
+    a notebook launcher's only one) and the parent's early CUDA use disagree."""
+    forked = signals(evidence, "setup.cuda_after_fork")
+    if not forked:
+        return
+    raised = next(
+        (t for _, t in tracebacks(evidence) if "re-initialize CUDA" in t.message and t.user_frame),
+        None,
+    )
+    yield Finding(
+        title="a process forked after CUDA was initialised tried to use CUDA",
+        summary=f"`{forked[0][1].text.strip()[:160]}`: the processes were forked (a notebook"
+        " launcher, the fork start method, a DataLoader worker) from a parent that had already"
+        " initialised CUDA, and a forked process cannot initialise it again.",
+        ranks=ranks_of(s for _, s in forked),
+        location=raised.user_frame.location() if raised and raised.user_frame else None,
+        confidence=0.7,
+        evidence=ids(forked)[:12],
+        fix="Touch nothing on CUDA in the parent before it forks: move every .cuda()/.to('cuda')"
+        " and torch.cuda call (a constructor's or an import's too) into the function each process"
+        " runs; or start the processes with spawn (mp.spawn or start method 'spawn', Lightning"
+        " strategy='ddp' from a script instead of ddp_notebook); keep CUDA out of DataLoader"
+        " workers (multiprocessing_context='spawn').",
+        confirm="the parent calls CUDA (a model moved to the GPU, torch.cuda.is_available() at"
+        " import) before the launcher forks",
+    )
 
 
 def _launchers_own(record: TracebackRecord) -> bool:
