@@ -189,3 +189,28 @@ def test_init_process_group_twice_is_the_jobs_setup() -> None:
     report = analyze(GPU / "twice.log")
     assert report["hypotheses"][0]["cause_id"] == "config.unknown"
     assert "twice" in report["hypotheses"][0]["title"]
+
+
+def test_a_checkpoint_that_names_a_gpu_the_host_lacks() -> None:
+    """torch.load's `Attempting to deserialize object on CUDA device 1 but
+    torch.cuda.device_count() is 1`."""
+    top = analyze(GPU / "ckpt_device.log")["hypotheses"][0]
+    assert (top["cause_id"], top["confidence"]) == ("config.device_assignment", 0.8)
+    assert "map_location" in top["fix"] and top["location"]["line"] == 25
+
+
+def test_ddp_device_ids_for_a_module_left_on_the_cpu() -> None:
+    top = analyze(GPU / "ddp_cpu_module.log")["hypotheses"][0]
+    assert (top["cause_id"], top["confidence"]) == ("config.device_assignment", 0.8)
+    assert "model.to(local_rank)" in top["fix"]
+
+
+def test_ddp_around_a_frozen_module() -> None:
+    top = analyze(GPU / "ddp_no_grad.log")["hypotheses"][0]
+    assert (top["cause_id"], top["confidence"]) == ("config.unknown", 0.7)
+    assert "nothing to train" in top["title"] and top["ranks"] == [0]
+
+
+def test_sync_batchnorm_on_a_cpu_batch() -> None:
+    top = analyze(GPU / "syncbn_cpu.log")["hypotheses"][0]
+    assert (top["cause_id"], top["confidence"]) == ("config.backend_device", 0.75)

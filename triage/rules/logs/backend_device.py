@@ -47,7 +47,8 @@ def backend_device(evidence: EvidenceSet) -> Iterator[Finding]:
     associated with device type cpu` and `Tensors must be CUDA and dense` (CPU tensors on
     an NCCL group); `ProcessGroupGloo does not support reduce_scatter`, `Backend gloo does
     not support ...`, `ProcessGroupGloo::<op>: unsupported device type`, `Cannot use
-    ReduceOp.PREMUL_SUM with Gloo`; c10d's `Tensors must be contiguous` raised in a
+    ReduceOp.PREMUL_SUM with Gloo`; `SyncBatchNorm expected input tensor to be on GPU` (0.75);
+    c10d's `Tensors must be contiguous` raised in a
     collective (0.7: a transposed or strided view handed to it; custom kernels raise the same
     words and are not read); weaker (0.6), `Torch not compiled with CUDA enabled`
     (a CPU-only build of torch asked for the GPU).
@@ -107,6 +108,18 @@ def backend_device(evidence: EvidenceSet) -> Iterator[Finding]:
     if ops:
         op = next((str(s.fields["op"]) for _, s in ops if s.fields.get("op")), "the operation")
         found.append((0.86, f"the backend does not support {op}", ops, _FIX_OP))
+    syncbn = signals(evidence, "setup.syncbn_off_gpu")
+    if syncbn:
+        found.append(
+            (
+                0.75,
+                "SyncBatchNorm got a CPU batch: it synchronises its statistics on GPUs only",
+                syncbn,
+                "Run SyncBatchNorm on the rank's GPU (the model and the batch .to(local_rank)), or"
+                " keep plain BatchNorm for a CPU run (convert_sync_batchnorm only on GPU"
+                " launches).",
+            )
+        )
     strided = signals(evidence, "setup.tensor_not_contiguous")
     if strided and _in_a_collective(evidence, "must be contiguous"):
         found.append(

@@ -38,6 +38,22 @@ _FIX_MIXED = (
 #: Findings whose wording the signature alone decides: (signature, confidence, what, fix).
 _WORDED = (
     (
+        "setup.checkpoint_on_missing_gpu",
+        0.8,
+        "a checkpoint's tensors name a GPU this host does not have",
+        "Load checkpoints onto the rank's own device: torch.load(path,"
+        " map_location=f'cuda:{local_rank}') (or map_location='cpu', then .to(device)); a"
+        " checkpoint saved from another rank or another machine keeps the GPU index it was on.",
+    ),
+    (
+        "setup.ddp_module_device",
+        0.8,
+        "DistributedDataParallel got device_ids for a module that is not on that GPU",
+        "Move the module to the rank's GPU before wrapping it: model.to(local_rank), then"
+        " DistributedDataParallel(model, device_ids=[local_rank]); for a CPU (gloo) job leave"
+        " device_ids out.",
+    ),
+    (
         "setup.no_gpu_visible",
         0.6,
         "a rank sees no GPU at all",
@@ -117,6 +133,10 @@ def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
     word it `The device index is out of range. It must be in [0, 6), but got 11.`);
     `all CUDA-capable devices are busy or unavailable` (two ranks on one GPU in
     exclusive-process mode);
+    torch.load's `Attempting to deserialize object on CUDA device 1 but
+    torch.cuda.device_count() is 1` (0.8: no map_location); DistributedDataParallel's
+    `device_ids and output_device arguments only work with ... module parameters
+    {device(type='cpu')}` (0.8: the module was wrapped before it was moved to its GPU);
     torch's `No CUDA GPUs are available` and CUDA's `no CUDA-capable device is detected`
     (0.6: the rank sees no GPU: CUDA_VISIBLE_DEVICES empty or wrong, a container without GPUs);
     weaker: NCCL's `invalid usage` result with no reason shown (its usual cause is two
