@@ -1204,3 +1204,24 @@ def test_a_custom_kernels_contiguity_check_is_no_collective(tmp_path: Path) -> N
     )
     report = analyze_files(tmp_path, {"rank0.log": text})
     assert "config.backend_device" not in [h.cause_id for h in report.hypotheses]
+
+
+# torchrun --nproc-per-node 1 on a script that reads model.module of a bare nn.Linear (torch
+# 2.14.1 on the CPU here; paths shortened to /workspace)
+BARE_MODULE = """\
+[rank0]: Traceback (most recent call last):
+[rank0]:   File "/workspace/train.py", line 13, in <module>
+[rank0]:     print(model.module.weight)
+[rank0]:           ^^^^^^^^^^^^
+[rank0]:   File "/opt/venv/lib/python3.11/site-packages/torch/nn/modules/module.py", line 1972, in __getattr__
+[rank0]:     raise AttributeError(
+[rank0]: AttributeError: 'Linear' object has no attribute 'module'. Did you mean: 'modules'?
+E1127 04:29:07.128000 11144 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) local_rank: 0 (pid: 11150) of binary: /opt/venv/bin/python3.11
+"""
+
+
+def test_module_read_from_a_model_no_wrapper_holds(tmp_path: Path) -> None:
+    verdict = top(analyze_files(tmp_path, {"rank0.log": BARE_MODULE}))
+    assert (verdict.cause_id, verdict.confidence) == ("config.unknown", 0.6)
+    assert "getattr(model, 'module', model)" in verdict.fix and verdict.ranks == [0]
+    assert verdict.location is not None and verdict.location.line == 13
