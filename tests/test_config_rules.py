@@ -1225,3 +1225,55 @@ def test_module_read_from_a_model_no_wrapper_holds(tmp_path: Path) -> None:
     assert (verdict.cause_id, verdict.confidence) == ("config.unknown", 0.6)
     assert "getattr(model, 'module', model)" in verdict.fix and verdict.ranks == [0]
     assert verdict.location is not None and verdict.location.line == 13
+
+
+# A collective's buffers sized for another world: gloo's words captured from torchrun
+# --nproc-per-node 1 runs of torch 2.14.1 on the CPU here (the last frame and the error
+# line of each traceback); ProcessGroupNCCL's are recorded in tests/fixtures/gpu.
+BUFFER_SIZES = {
+    "all_gather_into_tensor": (
+        "distributed_c10d.py",
+        5161,
+        "all_gather_single",
+        "RuntimeError: ProcessGroupGloo::allgather: invalid tensor size at index 0 (expected (4),"
+        " got (5))",
+    ),
+    "reduce_scatter_tensor": (
+        "distributed_c10d.py",
+        5916,
+        "reduce_scatter_single",
+        "RuntimeError: [rank0]:[F1127 04:33:41.669020193 ProcessGroupGloo.cpp:1583] Check"
+        " failed: outputShape[0] * worldSize == inputShape[0] (3 vs. 4). ",
+    ),
+    "all_to_all_single": (
+        "distributed_c10d.py",
+        6122,
+        "all_to_all_single",
+        "RuntimeError: Split sizes doesn't match total dim 0 size",
+    ),
+    "all_gather": (
+        "distributed_c10d.py",
+        5046,
+        "all_gather",
+        "RuntimeError: ProcessGroupGloo::allgather: invalid output tensor list at index 0"
+        " (expected length 1, got 2)",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BUFFER_SIZES))
+def test_a_collectives_buffers_sized_for_another_world(tmp_path: Path, name: str) -> None:
+    file, line, function, error = BUFFER_SIZES[name]
+    text = (
+        "[rank0]: Traceback (most recent call last):\n"
+        '[rank0]:   File "/workspace/train.py", line 9, in <module>\n'
+        "[rank0]:     gather(out, part)\n"
+        f'[rank0]:   File "/opt/venv/lib/python3.11/site-packages/torch/distributed/{file}",'
+        f" line {line}, in {function}\n"
+        "[rank0]:     work = group.op(out, part)\n"
+        f"[rank0]: {error}\n"
+    )
+    verdict = top(analyze_files(tmp_path, {"rank0.log": text}))
+    assert (verdict.cause_id, verdict.confidence) == ("config.world_size_mismatch", 0.55)
+    assert "dist.get_world_size(group)" in verdict.fix
+    assert verdict.location is not None and verdict.location.line == 9

@@ -214,3 +214,11 @@ def test_ddp_around_a_frozen_module() -> None:
 def test_sync_batchnorm_on_a_cpu_batch() -> None:
     top = analyze(GPU / "syncbn_cpu.log")["hypotheses"][0]
     assert (top["cause_id"], top["confidence"]) == ("config.backend_device", 0.75)
+
+
+def test_collective_buffers_sized_for_another_world() -> None:
+    """ProcessGroupNCCL's own checks (and all_to_all's split sizes) on torch 2.11."""
+    for name, line in (("gather_into", 23), ("reduce_scatter", 25), ("all_to_all", 30)):
+        top = analyze(GPU / f"buffers_{name}.log")["hypotheses"][0]
+        assert (top["cause_id"], top["confidence"]) == ("config.world_size_mismatch", 0.55)
+        assert top["location"]["line"] == line and "get_world_size(group)" in top["fix"]

@@ -329,6 +329,28 @@ signature(
     summary="a rank number exceeds the world size (sampler num_replicas, new_group ranks)",
 )
 
+# c10d's checks of a collective's buffers against the group's size (ProcessGroupNCCL's and
+# the XPU/oneCCL backends' wording, gloo's own, and the all_to_all split sizes): an output
+# sized for another world (the global world size used for a subgroup, a hard-coded count).
+signature(
+    "setup.collective_buffer_size",
+    r"output tensor size must be equal to world_size times input tensor size"
+    r"|input tensor must be the same size as output size times world size"
+    r"|ProcessGroupGloo::(?P<op>\w+): invalid (?:output tensor list|tensor size) at index \d+"
+    r" \(expected (?P<expected>[^,]+), got (?P<got>[^)]+\)?)\)"
+    r"|Check failed: outputShape\[0\] \* worldSize == inputShape\[0\]"
+    r"|Split sizes doesn't match total dim 0 size",
+    anchors=(
+        "must be equal to world_size times input tensor size",
+        "must be the same size as output size times world size",
+        ": invalid output tensor list at index",
+        ": invalid tensor size at index",
+        "outputShape[0] * worldSize == inputShape[0]",
+        "Split sizes doesn't match total dim 0 size",
+    ),
+    summary="a collective's output or input buffer is not sized for the group's world size",
+)
+
 # torch.distributed.pipelining (and PiPPy before it): a pipeline stage per rank of the
 # pipe group, and the model was cut into fewer (no split_spec / pipe_split points).
 signature(

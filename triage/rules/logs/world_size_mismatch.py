@@ -66,6 +66,14 @@ _FIX_BATCH = (
     " accumulation x the number of GPUs of this launch."
 )
 
+_FIX_BUFFERS = (
+    "Size a collective's buffers from the group it runs on, dist.get_world_size(group) (the"
+    " global world size is wrong for a subgroup): all_gather takes a list of that many tensors"
+    " shaped like the input; all_gather_into_tensor an output of that many times the input's"
+    " elements; reduce_scatter_tensor an input of that many times the output; all_to_all_single"
+    " split sizes that sum to the tensor's first dimension."
+)
+
 _FIX_STAGES = (
     "Cut the model into one stage per rank of the pipeline group: pass split_spec (or place"
     " pipe_split() points) to pipeline() so it yields as many stages as the group has ranks"
@@ -100,6 +108,10 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     train_batch_size=32 vs hf train_batch_size (calculated)=4`); a parallel size that does not divide
     the model (vLLM's `Total number of attention heads (52) must be divisible by tensor
     parallel size (8)`, `num_attention_heads must be divisible by tensor_model_parallel_size`);
+    a collective's buffers sized for another world (0.55: ProcessGroupNCCL's `output tensor
+    size must be equal to world_size times input tensor size`, gloo's `invalid output tensor
+    list at index 0 (expected length 1, got 2)`, all_to_all's `Split sizes doesn't match
+    total dim 0 size`);
     torch.distributed.pipelining's `Pipeline group size 4 cannot be larger than number of
     stages 1` (0.75: the model was not split, or into fewer stages than ranks);
     weaker (0.5), processes that announce the same global rank (Lightning's `Initializing
@@ -141,6 +153,14 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
             f"the {fields['by'].strip().rstrip('.')} does not divide the {fields['what'].lower()}"
         )
         found.append((0.8, what, split, _FIX_SPLIT))
+    buffers = signals(evidence, "setup.collective_buffer_size")
+    if buffers:
+        fields = buffers[0][1].fields
+        sizes = (
+            f" (expected {fields['expected']}, got {fields['got']})" if fields.get("got") else ""
+        )
+        what = f"a collective's buffers are not sized for its group's world{sizes}"
+        found.append((0.55, what, buffers, _FIX_BUFFERS))
     stages = signals(evidence, "setup.pipeline_stages_fewer")
     if stages:
         fields = stages[0][1].fields
