@@ -186,35 +186,6 @@ signature(
     summary="a rank asked for a GPU index this host (or its CUDA_VISIBLE_DEVICES) does not have",
 )
 
-# torch.load's check of a storage's device against this host's GPUs.
-signature(
-    "setup.checkpoint_on_missing_gpu",
-    r"Attempting to deserialize object on CUDA device (?P<device>\d+) but"
-    r" torch\.cuda\.device_count\(\) is (?P<count>\d+)",
-    anchors="Attempting to deserialize object on CUDA device",
-    summary="a checkpoint's tensors name a GPU index this host does not have",
-)
-
-# DistributedDataParallel's check of device_ids against where the module's parameters are.
-signature(
-    "setup.ddp_module_device",
-    r"DistributedDataParallel device_ids and output_device arguments only work with"
-    r" single-device/multiple-device GPU modules or CPU modules, but got device_ids"
-    r" (?P<device_ids>\[[^\]]*\]), output_device (?P<output_device>\S+), and module parameters"
-    r" (?P<params>\{[^}]*\})",
-    anchors="device_ids and output_device arguments only work with",
-    summary="DistributedDataParallel was given device_ids for a module that is not on that GPU",
-)
-
-# DistributedDataParallel refusing a module with nothing to train (a frozen reference model).
-signature(
-    "setup.ddp_nothing_to_train",
-    r"DistributedDataParallel is not needed when a module doesn't have any parameter that"
-    r" requires a gradient",
-    anchors="DistributedDataParallel is not needed when a module",
-    summary="DistributedDataParallel was asked to wrap a module whose parameters are all frozen",
-)
-
 # torch's lazy CUDA init when the process sees no device, and CUDA's cudaErrorNoDevice.
 signature(
     "setup.no_gpu_visible",
@@ -553,14 +524,6 @@ signature(
     r"Tensors? must be CUDA and dense",
     anchors="must be CUDA and dense",
     summary="NCCL was given a CPU (or sparse) tensor",
-)
-
-# SyncBatchNorm's forward in training: it reduces statistics with a GPU collective.
-signature(
-    "setup.syncbn_off_gpu",
-    r"SyncBatchNorm expected input tensor to be on GPU",
-    anchors="SyncBatchNorm expected input tensor to be on GPU",
-    summary="SyncBatchNorm got a CPU batch: it synchronises statistics on GPUs only",
 )
 
 # c10d's check on every collective's tensors (NCCL and gloo): a view (a transposed or

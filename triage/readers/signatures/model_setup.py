@@ -1,0 +1,44 @@
+"""How a script placed and wrapped its model: DistributedDataParallel's device_ids and
+frozen modules, SyncBatchNorm's device, a checkpoint's devices. Each names a mistake of the
+training script's set-up, in the words of the torch API that refused it."""
+
+from __future__ import annotations
+
+from triage.readers.signatures import signature
+
+# torch.load's check of a storage's device against this host's GPUs.
+signature(
+    "setup.checkpoint_on_missing_gpu",
+    r"Attempting to deserialize object on CUDA device (?P<device>\d+) but"
+    r" torch\.cuda\.device_count\(\) is (?P<count>\d+)",
+    anchors="Attempting to deserialize object on CUDA device",
+    summary="a checkpoint's tensors name a GPU index this host does not have",
+)
+
+# DistributedDataParallel's check of device_ids against where the module's parameters are.
+signature(
+    "setup.ddp_module_device",
+    r"DistributedDataParallel device_ids and output_device arguments only work with"
+    r" single-device/multiple-device GPU modules or CPU modules, but got device_ids"
+    r" (?P<device_ids>\[[^\]]*\]), output_device (?P<output_device>\S+), and module parameters"
+    r" (?P<params>\{[^}]*\})",
+    anchors="device_ids and output_device arguments only work with",
+    summary="DistributedDataParallel was given device_ids for a module that is not on that GPU",
+)
+
+# DistributedDataParallel refusing a module with nothing to train (a frozen reference model).
+signature(
+    "setup.ddp_nothing_to_train",
+    r"DistributedDataParallel is not needed when a module doesn't have any parameter that"
+    r" requires a gradient",
+    anchors="DistributedDataParallel is not needed when a module",
+    summary="DistributedDataParallel was asked to wrap a module whose parameters are all frozen",
+)
+
+# SyncBatchNorm's forward in training: it reduces statistics with a GPU collective.
+signature(
+    "setup.syncbn_off_gpu",
+    r"SyncBatchNorm expected input tensor to be on GPU",
+    anchors="SyncBatchNorm expected input tensor to be on GPU",
+    summary="SyncBatchNorm got a CPU batch: it synchronises statistics on GPUs only",
+)
