@@ -31,6 +31,15 @@ def majority(point: FRStuckGroup) -> FRSide | None:
     return next((s for s in point.sides if s.state == "waiting"), None)
 
 
+def agreeing(point: FRStuckGroup) -> FRSide | None:
+    """The side every member that dumped readably is on (all wait in the same collective),
+    or None when some member is behind, elsewhere or in another op."""
+    normal = majority(point)
+    if normal is None or any(s is not normal and s.state != "unreadable" for s in point.sides):
+        return None
+    return normal
+
+
 def coverage(point: FRStuckGroup) -> float:
     """Confidence shrinks with the members whose state the dumps do not show."""
     unseen = sum(len(s.ranks) for s in point.sides if s.state in UNSEEN) + point.more_ranks

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
-from triage.rules.fr._stuck_groups import coverage, majority, stuck_groups
+from triage.rules.fr._stuck_groups import agreeing, coverage, stuck_groups
 from triage.text import plural
 
 
@@ -38,8 +38,8 @@ def fr_no_culprit_visible(evidence: EvidenceSet) -> Iterator[Finding]:
     NCCL_DEBUG; Flight Recorder.
     """
     for item, point in stuck_groups(evidence):
-        normal = majority(point)
-        if normal is None or any(s is not normal and s.state != "unreadable" for s in point.sides):
+        normal = agreeing(point)
+        if normal is None:
             continue
         yield Finding(
             title=f"every member of group {point.group} waits in the same collective",

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._comm_view import quoted_finding
-from triage.rules.logs._signals import Found, signals, tracebacks
+from triage.rules.logs._signals import Found, collective_of, signals, tracebacks
 
 _TEXT = re.compile(r"backend|Backend|does not support|ProcessGroup|CUDA|device|ReduceOp|nccl")
 
@@ -147,6 +147,6 @@ def _in_a_collective(evidence: EvidenceSet, words: str) -> bool:
     """A traceback with these words raised inside torch.distributed's collectives: custom
     kernels and Triton ops raise the same words about their own inputs."""
     return any(
-        words in record.message and any("distributed_c10d" in f.file for f in record.frames)
+        words in record.message and collective_of(record) is not None
         for _, record in tracebacks(evidence)
     )

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from triage.models import Evidence, Finding
 from triage.observations import LogSignal
 from triage.registry import EvidenceSet, rule
-from triage.rules.fr._stuck_groups import coverage, majority, stuck_groups
+from triage.rules.fr._stuck_groups import agreeing, coverage, stuck_groups
 from triage.rules.logs._hang_lines import hang_log
 from triage.rules.logs._signals import ids, signals
 from triage.text import plural, rank_label
@@ -200,8 +200,8 @@ def _every_member_inside(evidence: EvidenceSet) -> str:
     the same collective: then no rank held it up by being elsewhere, whatever the logs
     lack; the stall is below the calls."""
     for _, point in stuck_groups(evidence):
-        normal = majority(point)
-        if normal is None or coverage(point) < 1.0 or any(s is not normal for s in point.sides):
+        normal = agreeing(point)
+        if normal is None or coverage(point) < 1.0:  # a member without a readable dump
             continue
         return (
             f" Flight Recorder: every member of group {point.group}"

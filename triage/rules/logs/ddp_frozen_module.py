@@ -3,11 +3,15 @@ train."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._signals import ids, ranks_of, signals, tracebacks
+from triage.rules.logs._comm_view import comm_view
+from triage.rules.logs._signals import ids, ranks_of, signals
+
+_REFUSED = re.compile("is not needed when a module")
 
 
 @rule("logs.ddp_frozen_module", "config.unknown")
@@ -39,17 +43,13 @@ def ddp_frozen_module(evidence: EvidenceSet) -> Iterator[Finding]:
     found = signals(evidence, "setup.ddp_nothing_to_train")
     if not found:
         return
-    raised = next(
-        (t for _, t in tracebacks(evidence) if "is not needed when a module" in t.message),
-        None,
-    )
-    frame = raised.user_frame if raised else None
+    ranks = ranks_of(s for _, s in found)
     yield Finding(
         title="DistributedDataParallel was asked to wrap a module with nothing to train",
         summary=f"`{found[0][1].text.strip()[:160]}`: every parameter of the module is frozen,"
         " so there are no gradients for DDP to synchronise.",
-        ranks=ranks_of(s for _, s in found),
-        location=frame.location() if frame else None,
+        ranks=ranks,
+        location=comm_view(evidence).location(ranks, _REFUSED),
         confidence=0.7,
         evidence=ids(found)[:8],
         fix="Wrap only the modules that train: keep a frozen one (a teacher, a reference or reward"

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from triage.models import Finding, Location
 from triage.observations import LogSignal, TracebackRecord
 from triage.registry import EvidenceSet, rule
+from triage.rules.logs._comm_view import comm_view
 from triage.rules.logs._signals import Signal, ids, ranks_of, signals, tracebacks
 from triage.text import rank_label
 
@@ -185,23 +186,23 @@ def launcher_args(evidence: EvidenceSet) -> Iterator[Finding]:
         )
 
 
+_FORKED = re.compile("re-initialize CUDA in forked subprocess")
+
+
 def _forked_after_cuda(evidence: EvidenceSet) -> Iterator[Finding]:
     """The launch forks its processes after the parent touched CUDA: the start method (fork,
     a notebook launcher's only one) and the parent's early CUDA use disagree."""
     forked = signals(evidence, "setup.cuda_after_fork")
     if not forked:
         return
-    raised = next(
-        (t for _, t in tracebacks(evidence) if "re-initialize CUDA" in t.message and t.user_frame),
-        None,
-    )
+    ranks = ranks_of(s for _, s in forked)
     yield Finding(
         title="a process forked after CUDA was initialised tried to use CUDA",
         summary=f"`{forked[0][1].text.strip()[:160]}`: the processes were forked (a notebook"
         " launcher, the fork start method, a DataLoader worker) from a parent that had already"
         " initialised CUDA, and a forked process cannot initialise it again.",
-        ranks=ranks_of(s for _, s in forked),
-        location=raised.user_frame.location() if raised and raised.user_frame else None,
+        ranks=ranks,
+        location=comm_view(evidence).location(ranks, _FORKED),
         confidence=0.7,
         evidence=ids(forked)[:12],
         fix="Touch nothing on CUDA in the parent before it forks: move every .cuda()/.to('cuda')"

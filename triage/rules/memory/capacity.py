@@ -123,6 +123,7 @@ def capacity(evidence: EvidenceSet) -> Iterator[Finding]:
     dump_finding = _from_dumps(view.dumps)
     if best_log is None and dump_finding is None:
         return
+    title, fix = "The working set does not fit in GPU memory", FIX
     if dump_finding is not None and (best_log is None or dump_finding[0] > best_log.confidence):
         confidence, summary, location, ids, ranks = dump_finding
     elif best_log is not None:
@@ -140,19 +141,18 @@ def capacity(evidence: EvidenceSet) -> Iterator[Finding]:
         ids = evidence_of(best_log.culprits)
         if dump_finding is not None:
             ids += dump_finding[3]
+        if event.kind == "nccl" and event.numbers.core() is None:
+            title, fix = "NCCL ran out of GPU memory for its buffers", FIX_NCCL
     else:
         return
-    nccl = best_log is not None and best_log.event.kind == "nccl" and confidence < 0.5
     yield Finding(
-        title="NCCL ran out of GPU memory for its buffers"
-        if nccl
-        else "The working set does not fit in GPU memory",
+        title=title,
         summary=summary,
         ranks=ranks,
         location=location,
         confidence=round(confidence, 3),
         evidence=ids,
-        fix=FIX_NCCL if nccl else FIX,
+        fix=fix,
         confirm=CONFIRM,
     )
 
