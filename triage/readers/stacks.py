@@ -42,6 +42,9 @@ EXIT_OPS = frozenset({"destroy_process_group", "_exit_function", "_run_exitfuncs
 
 _TORCH = re.compile(r"(^|/)(torch|torchgen|functorch)/")
 _SITE = re.compile(r"/(site|dist)-packages/")
+# a package's console script (bin/torchrun, bin/deepspeed, bin/accelerate): a launcher's
+# entry point in the launcher's own traceback, not the user's code
+_CONSOLE_SCRIPT = re.compile(r"/bin/[^/.]+$")
 _STDLIB = re.compile(r"(/lib/python3\.\d+/|^<frozen |^<string>$)")
 _DIST = re.compile(r"(^|/)torch/distributed/")
 _DATA = re.compile(r"(^|/)torch/utils/data/|(^|/)multiprocessing/(queues|connection)\.py$")
@@ -64,8 +67,11 @@ def is_stdlib(path: str) -> bool:
 
 
 def is_user_code(path: str) -> bool:
-    """User code: neither torch, the standard library, nor an installed package."""
-    return not (is_torch(path) or is_stdlib(path) or _SITE.search(path))
+    """User code: neither torch, the standard library, an installed package nor its console
+    script."""
+    return not (
+        is_torch(path) or is_stdlib(path) or _SITE.search(path) or _CONSOLE_SCRIPT.search(path)
+    )
 
 
 def user_frame(frames: list[Frame]) -> Frame | None:

@@ -252,6 +252,18 @@ signature(
     peer_symptom=True,
 )
 
+# gloo's receiving pair meets more bytes than the collective it runs expects: the ranks are
+# in collectives of different sizes (torch 2.x adds `Received data size doesn't match
+# expected size. Is there a distributed collective mismatch in your code?`).
+signature(
+    "gloo.size_mismatch",
+    r"op\.preamble\.length <= op\.nbytes\. (?P<received>\d+) vs (?P<expected>\d+)"
+    r"|Received data size doesn't match expected size",
+    anchors=("op.preamble.length <= op.nbytes", "Received data size doesn't match expected size"),
+    summary="gloo received more bytes than its collective expects: the ranks' collectives differ"
+    " in size",
+)
+
 # --- gloo's own setup -------------------------------------------------------------------
 
 signature(

@@ -42,3 +42,13 @@ signature(
     anchors="SyncBatchNorm expected input tensor to be on GPU",
     summary="SyncBatchNorm got a CPU batch: it synchronises statistics on GPUs only",
 )
+
+# FSDP's check that one module's parameters share a device (part of it moved to the GPU).
+signature(
+    "setup.fsdp_module_devices",
+    r"FSDP only supports single device modules but got params on (?P<devices>\{[^}]*\})"
+    r"|FSDP does not support modules with different device types but got params on"
+    r" (?P<first>\S+) and (?P<second>\S+)",
+    anchors=("FSDP only supports single device modules", "modules with different device types"),
+    summary="FSDP was given a module whose parameters sit on more than one device",
+)

@@ -3,9 +3,9 @@
 These errors happen before or at the first collective and name their cause outright:
 argparse rejecting the `--local-rank=N` that `torch.distributed.launch` appends, env://
 rendezvous missing RANK or MASTER_ADDR, two ranks on one GPU, a DeviceMesh larger than
-the world, a backend asked to serve a device or an op it cannot. Messages are matched
-in the wordings of torch 1.x to 2.x and of NCCL 2.x; the numbers they carry (ranks,
-sizes, device ids) become fields for the rules.
+the world (a backend asked to serve a device or an op it cannot is in backends.py).
+Messages are matched in the wordings of torch 1.x to 2.x and of NCCL 2.x; the numbers they
+carry (ranks, sizes, device ids) become fields for the rules.
 """
 
 from __future__ import annotations
@@ -114,6 +114,18 @@ signature(
     summary="the script reads a launcher variable that is not set (run without torchrun/srun?)",
 )
 
+# A library naming the launcher variable it could not find (torch's get_node_local_rank:
+# `LOCAL_RANK is not in the environment`; `environment variable MASTER_PORT is not set`).
+signature(
+    "setup.env_named_missing",
+    r"\b(?:environment variable )?(?P<variable>"
+    + "|".join(LAUNCHER_VARIABLES)
+    + r")\b(?: environment variable)? (?:is not|isn't|was not|not) (?:set|defined|found|"
+    r"in the environment)",
+    anchors=tuple(f"{name} " for name in LAUNCHER_VARIABLES),
+    summary="a library names a launcher variable that is not in the process's environment",
+)
+
 signature(
     "setup.env_read",
     # not torch.distributed.launch's advice to "read from `os.environ['LOCAL_RANK']` instead"
@@ -184,6 +196,17 @@ signature(
     r" (?P<index>-?\d+)",
     anchors=("invalid device ordinal", "The device index is out of range. It must be in"),
     summary="a rank asked for a GPU index this host (or its CUDA_VISIBLE_DEVICES) does not have",
+)
+
+# An index past the devices CUDA_VISIBLE_DEVICES lists: torchrun's virtual local ranks
+# (`local_rank 1 exceeds available GPUs in CUDA_VISIBLE_DEVICES=0`) and torch.cuda's NVML
+# queries (`device 3 is not visible (CUDA_VISIBLE_DEVICES=[0, 1])`).
+signature(
+    "setup.device_not_visible",
+    r"local_rank (?P<index>\d+) exceeds available GPUs in CUDA_VISIBLE_DEVICES=(?P<visible>\S*)"
+    r"|device (?P<device>\d+) is not visible \((?:CUDA|HIP)_VISIBLE_DEVICES=(?P<listed>[^)]*)\)",
+    anchors=("exceeds available GPUs in", "is not visible ("),
+    summary="a rank's device index is past the GPUs its CUDA_VISIBLE_DEVICES lists",
 )
 
 # torch's lazy CUDA init when the process sees no device, and CUDA's cudaErrorNoDevice.
@@ -289,13 +312,15 @@ signature(
     r"(?: \(world_size=(?P<world_size>\d+)\))?"
     r"|the new group's rank should be within the world_size"
     r"|the new group's world size should be less or equal to the world size"
-    r"|the split group's size should be less or equal to the world_size",
+    r"|the split group's size should be (?:less or equal to|no larger than) the world_size"
+    r"|The arg 'group_size' \((?P<group_size>\d+)\) must not exceed the world size",
     anchors=(
         "rank should be in the interval",
         "is out of range. Valid ranks are",
         "the new group's rank should be within",
         "the new group's world size should be less",
-        "the split group's size should be less",
+        "the split group's size should be",
+        "must not exceed the world size",
     ),
     summary="a rank number exceeds the world size (sampler num_replicas, new_group ranks)",
 )
@@ -485,77 +510,6 @@ signature(
     r"|Bootstrap Root : rank (?P<dup_rank>\d+) of (?P<of>\d+) ranks has already checked in",
     anchors=("mismatch in rank count", "Invalid rank requested", "has already checked in"),
     summary="NCCL's bootstrap saw ranks disagree on the world size, or one rank number twice",
-)
-
-# --- config.backend_device ---------------------------------------------------------------
-
-# A CPU-only build of torch asked for CUDA: no backend of this build serves the GPU.
-signature(
-    "setup.cpu_only_build",
-    r"Torch not compiled with CUDA enabled",
-    anchors="Torch not compiled with CUDA enabled",
-    summary="this torch is a CPU-only build: CUDA (and NCCL) are not in it",
-)
-
-signature(
-    "setup.backend_unavailable",
-    r"ProcessGroupNCCL is only supported with GPUs, no GPUs found"
-    r"|\bnccl2? requires at least one CUDA device"
-    # the message, or torch's source line raising it, shown in a traceback (two literals)
-    r"""|Distributed package doesn't have (?P<backend>NCCL|MPI|UCC|Gloo)(?: " "| )built in""",
-    anchors=(
-        "ProcessGroupNCCL is only supported with GPUs",
-        "requires at least one CUDA device",
-        "Distributed package doesn't have",
-    ),
-    summary="the chosen backend cannot run here (NCCL without a GPU, a backend missing from this build)",
-)
-
-signature(
-    "setup.no_backend_for_device",
-    r"No backend type associated with device type (?P<device>\w+)"
-    r"|Default backend not registered for device : (?P<default_device>\w+)",
-    anchors=("No backend type associated with device type", "Default backend not registered"),
-    summary="a collective got a tensor on a device none of the group's backends serves (CPU tensor on NCCL)",
-)
-
-signature(
-    "setup.tensor_device",
-    r"Tensors? must be CUDA and dense",
-    anchors="must be CUDA and dense",
-    summary="NCCL was given a CPU (or sparse) tensor",
-)
-
-# c10d's check on every collective's tensors (NCCL and gloo): a view (a transposed or
-# strided slice) cannot be handed to the backend as it is.
-signature(
-    "setup.tensor_not_contiguous",
-    r"Tensors? must be contiguous",
-    anchors="must be contiguous",
-    summary="a collective was given a non-contiguous tensor (a transposed or strided view)",
-)
-
-signature(
-    "setup.backend_op_unsupported",
-    r"\b(?:ProcessGroup ?(?P<group>\w*?)|Backend (?P<backend>\w+)) ?does not support (?P<op>\w+)",
-    anchors="does not support",
-    summary="the process group's backend does not implement this collective",
-)
-
-signature(
-    "setup.gloo_device_unsupported",
-    r"ProcessGroupGloo::(?P<op>\w+): unsupported (?:device type (?P<device>\w+)|layout)",
-    anchors="ProcessGroupGloo::",
-    summary="gloo cannot run this collective on this device or tensor layout",
-)
-
-signature(
-    "setup.reduce_op_unsupported",
-    r"Cannot use ReduceOp\.(?P<op>\w+) with (?P<backend>Gloo|NCCL|MPI|UCC)"
-    # a vendor backend's wording (SageMaker's SMDDP): `SMDDP does not support: ReduceOp`
-    r"|(?P<vendor>\w+) does not support:? ReduceOp",
-    anchors=("Cannot use ReduceOp.", "does not support: ReduceOp", "does not support ReduceOp"),
-    summary="the backend does not implement this reduction",
 )
 
 # Megatron-LM (and Megatron-DeepSpeed) derive the device as rank % device count and check it

@@ -11,7 +11,9 @@ from triage.registry import EvidenceSet, rule
 from triage.rules.logs._comm_view import quoted_finding
 from triage.rules.logs._signals import Found, collective_of, signals, tracebacks
 
-_TEXT = re.compile(r"backend|Backend|does not support|ProcessGroup|CUDA|device|ReduceOp|nccl")
+_TEXT = re.compile(
+    r"backend|Backend|does not support|ProcessGroup|CUDA|device|ReduceOp|nccl|FSDP|data type"
+)
 
 _FIX_DEVICE = (
     "Match tensors to the backend: NCCL needs CUDA tensors (move them with .cuda() / "
@@ -35,6 +37,21 @@ _FIX_OP = (
     "of gather on old NCCL, SUM then divide instead of AVG/PREMUL_SUM on gloo; or run that "
     "collective on a group of the other backend, or upgrade torch."
 )
+_FIX_SPARSE = (
+    "Densify before the collective (`t.to_dense()`, or a dense gradient: nn.Embedding(...,"
+    " sparse=False) under DDP on NCCL), or run the sparse all_reduce on a gloo group"
+    " (dist.new_group(backend='gloo')) with the tensor on the CPU."
+)
+_FIX_DTYPE = (
+    "Cast to a dtype the backend has before the collective and back after it (unsigned 16/32/64"
+    "-bit integers to int64, float8 to bfloat16 or uint8 bytes; a bool mask to uint8), or use a"
+    " newer NCCL (bfloat16 needs 2.10, float8 2.24: `torch.cuda.nccl.version()`)."
+)
+_FIX_ACCELERATOR = (
+    "Name the backend for the device: init_process_group(backend=...) with the one that"
+    " accelerator ships (xccl for Intel XPU in torch 2.8+, hccl for Gaudi, the vendor plugin's"
+    " name for out-of-tree devices, imported before the call), or gloo for a CPU-only run."
+)
 
 
 @rule("logs.backend_device", "config.backend_device")
@@ -47,7 +64,12 @@ def backend_device(evidence: EvidenceSet) -> Iterator[Finding]:
     associated with device type cpu` and `Tensors must be CUDA and dense` (CPU tensors on
     an NCCL group); `ProcessGroupGloo does not support reduce_scatter`, `Backend gloo does
     not support ...`, `ProcessGroupGloo::<op>: unsupported device type`, `Cannot use
-    ReduceOp.PREMUL_SUM with Gloo`; `SyncBatchNorm expected input tensor to be on GPU` (0.75);
+    ReduceOp.PREMUL_SUM with Gloo`, `NCCL does not support all_reduce with sparse tensors`
+    (0.85); `Input tensor data type is not supported for NCCL process group: UInt32` (0.8);
+    FSDP's `FSDP needs a non-CPU accelerator device, but no accelerator device is detected`
+    (0.85); init_process_group's `We detected accelerator xpu on your machine. But we don't
+    know which communication backend to use` (0.8);
+    `SyncBatchNorm expected input tensor to be on GPU` (0.75);
     c10d's `Tensors must be contiguous` raised in a
     collective (0.7: a transposed or strided view handed to it; custom kernels raise the same
     words and are not read); weaker (0.6), `Torch not compiled with CUDA enabled`
@@ -77,6 +99,20 @@ def backend_device(evidence: EvidenceSet) -> Iterator[Finding]:
     if unavailable:
         found.append(
             (0.9, "the backend is not available on this machine", unavailable, _FIX_UNAVAILABLE)
+        )
+    wrapper = signals(evidence, "setup.wrapper_needs_accelerator")
+    if wrapper:
+        found.append((0.85, "FSDP was started where no GPU is usable", wrapper, _FIX_UNAVAILABLE))
+    accelerator = signals(evidence, "setup.accelerator_without_backend")
+    if accelerator:
+        name = accelerator[0][1].fields["accelerator"].strip(".")
+        found.append(
+            (
+                0.8,
+                f"init_process_group knows no default backend for the {name} accelerator",
+                accelerator,
+                _FIX_ACCELERATOR,
+            )
         )
     cpu_only = signals(evidence, "setup.cpu_only_build")
     if cpu_only and not unavailable:
@@ -108,6 +144,17 @@ def backend_device(evidence: EvidenceSet) -> Iterator[Finding]:
     if ops:
         op = next((str(s.fields["op"]) for _, s in ops if s.fields.get("op")), "the operation")
         found.append((0.86, f"the backend does not support {op}", ops, _FIX_OP))
+    sparse = signals(evidence, "setup.backend_sparse_unsupported")
+    if sparse:
+        fields = sparse[0][1].fields
+        what = f"{fields['backend']} does not support {fields['op']} on sparse tensors"
+        found.append((0.85, what, sparse, _FIX_SPARSE))
+    dtype = signals(evidence, "setup.backend_dtype_unsupported")
+    if dtype:
+        fields = dtype[0][1].fields
+        named = f" ({fields['dtype']})" if fields.get("dtype") else ""
+        what = f"{fields['backend']} has no data type for the tensor's dtype{named}"
+        found.append((0.8, what, dtype, _FIX_DTYPE))
     syncbn = signals(evidence, "setup.syncbn_off_gpu")
     if syncbn:
         found.append(

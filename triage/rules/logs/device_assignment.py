@@ -38,6 +38,23 @@ _FIX_MIXED = (
 #: Findings whose wording the signature alone decides: (signature, confidence, what, fix).
 _WORDED = (
     (
+        "setup.device_not_visible",
+        0.8,
+        "a rank's GPU index is past the devices CUDA_VISIBLE_DEVICES lists",
+        "Start as many processes per node as CUDA_VISIBLE_DEVICES lists (--nproc-per-node equal"
+        " to its length), or list as many devices as processes; a launcher or scheduler that"
+        " narrows CUDA_VISIBLE_DEVICES per task (Slurm --gpus-per-task) leaves each process one"
+        " GPU, cuda:0.",
+    ),
+    (
+        "setup.fsdp_module_devices",
+        0.7,
+        "FSDP got a module whose parameters sit on more than one device",
+        "Put the whole module on one device before wrapping it: model.to(device) (or FSDP's"
+        " device_id=torch.cuda.current_device(), which moves it), and create parameters added"
+        " later on that device; keep CPU offload to FSDP's CPUOffload option.",
+    ),
+    (
         "setup.checkpoint_on_missing_gpu",
         0.8,
         "a checkpoint's tensors name a GPU this host does not have",
@@ -139,6 +156,10 @@ def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
     {device(type='cpu')}` (0.8: the module was wrapped before it was moved to its GPU);
     torch's `No CUDA GPUs are available` and CUDA's `no CUDA-capable device is detected`
     (0.6: the rank sees no GPU: CUDA_VISIBLE_DEVICES empty or wrong, a container without GPUs);
+    an index past the devices CUDA_VISIBLE_DEVICES lists (0.8: torchrun's `local_rank 1
+    exceeds available GPUs in CUDA_VISIBLE_DEVICES=0`, torch.cuda's `device 3 is not visible
+    (CUDA_VISIBLE_DEVICES=[0, 1])`); FSDP's `FSDP only supports single device modules but got
+    params on {...}` (0.7: part of the module was moved to the GPU before wrapping);
     weaker: NCCL's `invalid usage` result with no reason shown (its usual cause is two
     ranks on one GPU; NCCL_DEBUG=WARN prints the `Duplicate GPU` line); weaker still, one
     operation on tensors of two GPUs (`Expected all tensors to be on the same device, ...

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._comm_view import comm_view, quoted_finding
-from triage.rules.logs._signals import Found, ids, ranks_of, signals, tracebacks
+from triage.rules.logs._signals import Found, Signal, ids, ranks_of, signals, tracebacks
 
 _ERROR_TEXT = re.compile(
     r"rendezvous|KeyError|expected, but not set|process group has not been initialized|mpi4py"
@@ -55,6 +55,8 @@ def env_missing(evidence: EvidenceSet) -> Iterator[Finding]:
     file:// forms `rank parameter missing`, `world size parameter missing`); a script's
     `KeyError: 'LOCAL_RANK'` (RANK, WORLD_SIZE, MASTER_*, SLURM_*, OMPI_COMM_WORLD_*);
     a traceback through `os.environ["LOCAL_RANK"]` (its KeyError line lost or reworded);
+    an exception naming the variable (torch's `LOCAL_RANK is not in the environment`,
+    `environment variable MASTER_PORT is not set`; not the same words in a warning);
     a launch command or environment whose MASTER_ADDR / --master_addr is empty (DeepSpeed's
     `Using IP address of  for node`: the address it derived from `hostname -I` was blank);
     weaker: `Default process group has not been initialized` and DeepSpeed's `Not using
@@ -85,6 +87,7 @@ def env_missing(evidence: EvidenceSet) -> Iterator[Finding]:
     ("Environment variables").
     """
     explicit = signals(evidence, "setup.rendezvous_env_missing", "setup.env_key_error")
+    explicit += _raised_named(evidence)
     # A traceback through `os.environ["LOCAL_RANK"]` whose KeyError line was lost or reworded.
     read = signals(evidence, "setup.env_read") if tracebacks(evidence) else []
     weak = signals(evidence, "setup.default_group_missing", "setup.deepspeed_no_launcher")
@@ -129,6 +132,17 @@ def env_missing(evidence: EvidenceSet) -> Iterator[Finding]:
         confirm="`cat /proc/PID/environ | tr '\\0' '\\n' | grep -E 'RANK|WORLD|MASTER'` on a rank "
         "lacks the variable (or the job was started with plain python)",
     )
+
+
+def _raised_named(evidence: EvidenceSet) -> list[Signal]:
+    """A library's words for a missing variable count where an exception carries them: the
+    same words in a warning (`MASTER_ADDR is not set, using localhost`) are not a failure."""
+    raised = [record.message for _, record in tracebacks(evidence)]
+    return [
+        (e, s)
+        for e, s in signals(evidence, "setup.env_named_missing")
+        if any(s.fields["variable"] in message for message in raised)
+    ]
 
 
 def _oneccl(evidence: EvidenceSet) -> Iterator[Finding]:

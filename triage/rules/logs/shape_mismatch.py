@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
+from triage.rules.logs._comm_view import comm_view
 from triage.rules.logs._hang_lines import (
     HangLog,
     Split,
@@ -38,7 +39,9 @@ def shape_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     NumelIn, or NCCL COLL lines of one opCount with different count or datatype; older
     torch's DETAIL errors in which two or more ranks each call the same op inconsistent;
     DDP's own check of the model across ranks (`DDP expects same model across all ranks`,
-    `appears not to match sizes of the same param in process 0`, 0.55).
+    `appears not to match sizes of the same param in process 0`, 0.55); gloo's check of
+    the bytes a pair receives (`op.preamble.length <= op.nbytes. 8 vs 4`, `Received data
+    size doesn't match expected size`, 0.7).
 
     Why it happens:
     A tensor whose size depends on the rank's data: the last uneven batch, variable-length
@@ -64,6 +67,7 @@ def shape_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     view = hang_log(evidence)
     candidates = [s for s in view.splits if s.how == "shape"]
     if not candidates:
+        yield from _gloo_sizes(evidence, view)
         yield from _same_op(evidence)
         yield from _reshaped(view)
         yield from _models_differ(evidence)
@@ -96,6 +100,42 @@ def shape_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
 
 def _confidence(split: Split) -> float:
     return round(_TRUST[split.ledger.source] * (1.0 if split.decided else 0.85), 3)
+
+
+def _gloo_sizes(evidence: EvidenceSet, view: HangLog) -> Iterator[Finding]:
+    """gloo's own check on a receiving pair: a peer sent more bytes than this rank's
+    collective holds. The ranks met in collectives of different sizes: one tensor sized from
+    the rank's data (or a list of another length), or a different collective at that point;
+    the bytes do not say which rank is odd."""
+    found = signals(evidence, "gloo.size_mismatch")
+    if not found:
+        return
+    sizes = next(
+        (
+            f" ({s.fields['received']} bytes arrived, {s.fields['expected']} expected)"
+            for _, s in found
+            if s.fields.get("received")
+        ),
+        "",
+    )
+    ranks = ranks_of(s for _, s in found)
+    yield Finding(
+        title=f"the ranks passed different sizes to one gloo collective{sizes}",
+        summary="gloo's receiving side got more bytes than its own collective holds, so the"
+        " ranks were in collectives of different sizes: a tensor sized from the rank's data"
+        " (a last batch, filtered samples, an object list of another length), or a different"
+        " collective at that point. gloo does not say which rank's size is the odd one.",
+        ranks=ranks,
+        # the pair's check runs on gloo's thread; a peer's traceback holds the collective
+        location=view.location(ranks) or comm_view(evidence).location([]),
+        confidence=0.7,
+        evidence=ids(found[:8]),
+        fix="Give the collective the same shape and dtype on every rank: pad to a common size"
+        " after exchanging sizes, use all_gather_object for ragged data, pass"
+        " broadcast_object_list a list of the same length everywhere; and check that every"
+        " rank reaches the same collectives in the same order.",
+        confirm="TORCH_DISTRIBUTED_DEBUG=DETAIL names the collective and each rank's shapes",
+    )
 
 
 def _models_differ(evidence: EvidenceSet) -> Iterator[Finding]:

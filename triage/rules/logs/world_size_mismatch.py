@@ -22,7 +22,7 @@ _KINDS = {
     "setup.mesh_group_mismatch": (0.7, "the DeviceMesh does not match its process group's ranks"),
     "setup.parallel_dims": (0.88, "the parallel dimensions do not multiply to WORLD_SIZE"),
     "setup.world_not_divisible": (0.82, "the world size is not divisible by the parallel sizes"),
-    "setup.rank_out_of_range": (0.8, "a rank number is outside the world"),
+    "setup.rank_out_of_range": (0.8, "a rank number or group size is outside the world"),
     "setup.nccl_rank_count": (0.85, "NCCL's ranks disagree on the world size or a rank number"),
     "setup.world_sizes_differ": (0.75, "two layers of the launch count a different world size"),
 }
@@ -88,6 +88,13 @@ _FIX_CHECKPOINT = (
     " torch.distributed.checkpoint resharding on load)."
 )
 
+_FIX_UNEVEN = (
+    "Give the sharded dimension a size its mesh dimension divides: pad it to a multiple of the"
+    " parallel size (a vocabulary to a multiple of 64 x tp, a sequence to a multiple of"
+    " 2 x cp), or pick a parallel size that divides it; before a view or reshape that needs"
+    " even shards, redistribute the DTensor (to Replicate, or Shard another dimension)."
+)
+
 
 @rule("logs.world_size_mismatch", "config.world_size_mismatch")
 def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
@@ -114,6 +121,11 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     total dim 0 size`);
     torch.distributed.pipelining's `Pipeline group size 4 cannot be larger than number of
     stages 1` (0.75: the model was not split, or into fewer stages than ranks);
+    a sharded dimension its mesh dimension does not divide (0.6: DTensor's `Cannot flatten
+    unevenly sharded tensor: dimension 0 (size 7) is not evenly divisible by mesh dimension
+    0 (size 2)`, `Global dim 13 not divisible by mesh size 2`, FSDP2's `does not support
+    uneven sharding on dim 0`, context parallel's sequence split); a sharded checkpoint's
+    `Global world size at save time was 8, but at load time was 4` (0.8);
     weaker (0.5), processes that announce the same global rank (Lightning's `Initializing
     distributed: GLOBAL_RANK: 1, MEMBER: 2/8` twice) while fewer distinct ranks than the
     world's size announce themselves.
@@ -169,7 +181,16 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
             f" {fields['stages']} stage(s)"
         )
         found.append((0.75, what, stages, _FIX_STAGES))
-    saved = signals(evidence, "setup.checkpoint_parallel_size", "setup.checkpoint_mp_world")
+    uneven = signals(evidence, "setup.dim_not_divisible_by_mesh")
+    if uneven:
+        what = "a sharded tensor dimension does not divide evenly over its mesh dimension's ranks"
+        found.append((0.6, what, uneven, _FIX_UNEVEN))
+    saved = signals(
+        evidence,
+        "setup.checkpoint_parallel_size",
+        "setup.checkpoint_mp_world",
+        "setup.checkpoint_world_size",
+    )
     if saved:
         fields = saved[0][1].fields
         sizes = f" ({fields['saved']} saved, {fields['now']} now)" if fields.get("now") else ""

@@ -1,0 +1,128 @@
+"""torch's own refusals of a backend, a device, a layout or a launch variable name their
+cause: the recordings of tests/fixtures/cpu (torch 2.14.1 on a host without a GPU) read as
+a user would get them, and the wordings no GPU-less host can produce, each checked against
+torch's sources (ProcessGroupNCCL's dtype table and sparse path, torch.cuda's NVML queries,
+FSDP's device checks, DTensor's shape helpers, ShardedTensor's load check)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.conftest import REPO, analyze_files
+from triage.cli import app
+
+CPU = REPO / "tests" / "fixtures" / "cpu"
+
+
+def analyze(path: Path) -> dict[str, Any]:
+    result = CliRunner().invoke(app, ["analyze", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    report: dict[str, Any] = json.loads(result.stdout)
+    return report
+
+
+@pytest.mark.parametrize("case", ["all_reduce", "object_list"])
+def test_gloo_receiving_another_size_is_a_shape_mismatch_not_the_aborting_rank(case: str) -> None:
+    """Rank 0 aborts on gloo's check and rank 1 sees the reset: the abort is the message, not
+    a crash of rank 0's own making."""
+    top, *rest = analyze(CPU / f"gloo_sizes_{case}.log")["hypotheses"]
+    assert (top["cause_id"], top["confidence"]) == ("hang.shape_mismatch", 0.7)
+    assert "bytes arrived" in top["title"] and "does not say which rank" in top["summary"]
+    assert top["location"]["file"].endswith("gloo_sizes.py")
+    assert all(h["confidence"] < top["confidence"] for h in rest)
+
+
+def test_a_launchers_own_traceback_is_not_the_users_line() -> None:
+    """torchrun's ChildFailedError traceback starts in bin/torchrun: no user code there."""
+    top = analyze(CPU / "virtual_local_rank.log")["hypotheses"][0]
+    assert top["cause_id"] == "config.device_assignment" and top["confidence"] == 0.8
+    assert top["location"] is None
+
+
+@pytest.mark.parametrize(
+    ("name", "cause", "words"),
+    [
+        ("fsdp_cpu.log", "config.backend_device", "no GPU is usable"),
+        ("dtensor_view.log", "config.world_size_mismatch", "does not divide evenly"),
+        ("group_size.log", "config.world_size_mismatch", "group size is outside the world"),
+        ("node_local_rank.log", "config.env_missing", "LOCAL_RANK not set"),
+    ],
+)
+def test_each_recorded_refusal_names_its_cause(name: str, cause: str, words: str) -> None:
+    top = analyze(CPU / name)["hypotheses"][0]
+    assert top["cause_id"] == cause and words in top["title"]
+    assert top["location"]["file"].endswith("cpu_misuse.py")
+
+
+@pytest.mark.parametrize(
+    ("line", "cause", "words"),
+    [
+        (
+            "RuntimeError: Input tensor data type is not supported for NCCL process group: UInt32",
+            "config.backend_device",
+            "(UInt32)",
+        ),
+        (
+            "RuntimeError: NCCL does not support all_gather with sparse tensors. Please use"
+            " dense tensors instead.",
+            "config.backend_device",
+            "all_gather on sparse tensors",
+        ),
+        (
+            "ValueError: We detected accelerator mtia on your machine. But we don't know which"
+            " communication backend to use for this accelerator. Please specify the `backend`"
+            " argument in the `init_process_group` call.",
+            "config.backend_device",
+            "mtia accelerator",
+        ),
+        (
+            "RuntimeError: FSDP only supports single device modules but got params on"
+            " {device(type='cpu'), device(type='cuda', index=0)}",
+            "config.device_assignment",
+            "more than one device",
+        ),
+        (
+            "RuntimeError: device 3 is not visible (CUDA_VISIBLE_DEVICES=[0, 1])",
+            "config.device_assignment",
+            "CUDA_VISIBLE_DEVICES lists",
+        ),
+        (
+            "AssertionError: Global dim 13 not divisible by mesh size 2",
+            "config.world_size_mismatch",
+            "does not divide evenly",
+        ),
+        (
+            "RuntimeError: Global world size at save time was 8, but at load time was 4",
+            "config.world_size_mismatch",
+            "(8 saved, 4 now)",
+        ),
+    ],
+    ids=[
+        "nccl-dtype",
+        "nccl-sparse",
+        "accelerator-backend",
+        "fsdp-devices",
+        "nvml-visible",
+        "dtensor-dim",
+        "checkpoint-world",
+    ],
+)
+def test_the_refusal_names_its_cause(tmp_path: Path, line: str, cause: str, words: str) -> None:
+    text = (
+        f'Traceback (most recent call last):\n  File "/job/train.py", line 9, in <module>\n{line}'
+    )
+    top = analyze_files(tmp_path, {"rank0.log": text}).hypotheses[0]
+    assert top.cause_id == cause and words in top.title, top.title
+    assert top.location is not None and top.location.line == 9
+
+
+def test_a_variable_named_in_a_warning_is_not_a_missing_launch_variable(tmp_path: Path) -> None:
+    """The same words outside an exception (a library's fallback) are no failure of the launch."""
+    text = "WARNING: MASTER_ADDR is not set, using localhost\nstep 10 loss 2.31\n"
+    report = analyze_files(tmp_path, {"rank0.log": text})
+    assert not [h for h in report.hypotheses if h.cause_id == "config.env_missing"]

@@ -1,0 +1,115 @@
+"""What a backend (and a wrapper built on one) can serve: the devices, dtypes, layouts and
+operations each refuses in its own words, and the host it needs (a GPU, a backend for the
+accelerator it found). Each names a mismatch between the job's tensors or host and the
+backend it chose."""
+
+from __future__ import annotations
+
+from triage.readers.signatures import signature
+
+# A CPU-only build of torch asked for CUDA: no backend of this build serves the GPU.
+signature(
+    "setup.cpu_only_build",
+    r"Torch not compiled with CUDA enabled",
+    anchors="Torch not compiled with CUDA enabled",
+    summary="this torch is a CPU-only build: CUDA (and NCCL) are not in it",
+)
+
+signature(
+    "setup.backend_unavailable",
+    r"ProcessGroupNCCL is only supported with GPUs, no GPUs found"
+    r"|\bnccl2? requires at least one CUDA device"
+    # the message, or torch's source line raising it, shown in a traceback (two literals)
+    r"""|Distributed package doesn't have (?P<backend>NCCL|MPI|UCC|Gloo)(?: " "| )built in""",
+    anchors=(
+        "ProcessGroupNCCL is only supported with GPUs",
+        "requires at least one CUDA device",
+        "Distributed package doesn't have",
+    ),
+    summary="the chosen backend cannot run here (NCCL without a GPU, a backend missing from this build)",
+)
+
+signature(
+    "setup.no_backend_for_device",
+    r"No backend type associated with device type (?P<device>\w+)"
+    r"|Default backend not registered for device : (?P<default_device>\w+)",
+    anchors=("No backend type associated with device type", "Default backend not registered"),
+    summary="a collective got a tensor on a device none of the group's backends serves (CPU tensor on NCCL)",
+)
+
+signature(
+    "setup.tensor_device",
+    r"Tensors? must be CUDA and dense",
+    anchors="must be CUDA and dense",
+    summary="NCCL was given a CPU (or sparse) tensor",
+)
+
+# c10d's check on every collective's tensors (NCCL and gloo): a view (a transposed or
+# strided slice) cannot be handed to the backend as it is.
+signature(
+    "setup.tensor_not_contiguous",
+    r"Tensors? must be contiguous",
+    anchors="must be contiguous",
+    summary="a collective was given a non-contiguous tensor (a transposed or strided view)",
+)
+
+signature(
+    "setup.backend_op_unsupported",
+    r"\b(?:ProcessGroup ?(?P<group>\w*?)|Backend (?P<backend>\w+)) ?does not support (?P<op>\w+)",
+    anchors="does not support",
+    summary="the process group's backend does not implement this collective",
+)
+
+signature(
+    "setup.gloo_device_unsupported",
+    r"ProcessGroupGloo::(?P<op>\w+): unsupported (?:device type (?P<device>\w+)|layout)",
+    anchors="ProcessGroupGloo::",
+    summary="gloo cannot run this collective on this device or tensor layout",
+)
+
+signature(
+    "setup.reduce_op_unsupported",
+    r"Cannot use ReduceOp\.(?P<op>\w+) with (?P<backend>Gloo|NCCL|MPI|UCC)"
+    # a vendor backend's wording (SageMaker's SMDDP): `SMDDP does not support: ReduceOp`
+    r"|(?P<vendor>\w+) does not support:? ReduceOp",
+    anchors=("Cannot use ReduceOp.", "does not support: ReduceOp", "does not support ReduceOp"),
+    summary="the backend does not implement this reduction",
+)
+
+# ProcessGroupNCCL's dtype table: NCCL has no type for it (unsigned 16/32/64-bit integers,
+# float8 before NCCL 2.24, bfloat16 before 2.10).
+signature(
+    "setup.backend_dtype_unsupported",
+    r"Input tensor data type is not supported for (?P<backend>NCCL|UCC|\w+) process group:?"
+    r" ?(?P<dtype>[\w:.]+)?",
+    anchors="data type is not supported for",
+    summary="the backend has no data type for the tensor's dtype",
+)
+
+# ProcessGroupNCCL's sparse path covers all_reduce only, through a dense all_gather.
+signature(
+    "setup.backend_sparse_unsupported",
+    r"(?P<backend>NCCL|Gloo|UCC) does not support (?P<op>\w+) with sparse tensors",
+    anchors="with sparse tensors",
+    summary="the backend cannot run this collective on sparse tensors",
+)
+
+# A wrapper that shards over an accelerator started where none is usable: FSDP's device
+# handle (torch 2.4+ at construction, earlier at the first forward).
+signature(
+    "setup.wrapper_needs_accelerator",
+    r"(?P<wrapper>FSDP) needs a non-CPU accelerator device, but no accelerator device is detected"
+    r"|(?P<old>FSDP) does not support CPU only execution",
+    anchors=("needs a non-CPU accelerator device", "does not support CPU only execution"),
+    summary="FSDP was started where no GPU (accelerator) is usable",
+)
+
+# init_process_group without a backend on an accelerator torch has no default backend for
+# (an out-of-tree device, an XPU build without XCCL).
+signature(
+    "setup.accelerator_without_backend",
+    r"We detected accelerator (?P<accelerator>\S+) on your machine\. But we don't know which"
+    r" communication backend to use",
+    anchors="But we don't know which communication backend to use",
+    summary="init_process_group found an accelerator it knows no default backend for",
+)
