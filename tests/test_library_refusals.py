@@ -44,10 +44,29 @@ def test_a_launchers_own_traceback_is_not_the_users_line() -> None:
     assert top["location"] is None
 
 
+def test_accelerates_shape_report_names_the_process_off_the_majority() -> None:
+    top = analyze(CPU / "accelerate_shapes.log")["hypotheses"][0]
+    assert (top["cause_id"], top["ranks"], top["confidence"]) == ("hang.shape_mismatch", [2], 0.8)
+    assert "process 2: [9, 5]" in top["summary"] and top["location"]["line"] == 12
+
+
+def test_with_no_majority_shape_no_process_is_blamed(tmp_path: Path) -> None:
+    text = (
+        "DistributedOperationException: Cannot apply desired operation due to shape mismatches."
+        " All shapes across devices must be valid.\n\nOperation: `accelerate.utils.operations"
+        ".gather`\nInput shapes:\n  - Process 0: [16, 5]\n  - Process 1: [9, 5]\n"
+    )
+    top = analyze_files(tmp_path, {"rank0.log": text}).hypotheses[0]
+    assert (top.cause_id, top.ranks, top.confidence) == ("hang.shape_mismatch", [], 0.7)
+    assert "no shape has a majority" in top.summary
+
+
 @pytest.mark.parametrize(
     ("name", "cause", "words"),
     [
         ("fsdp_cpu.log", "config.backend_device", "no GPU is usable"),
+        ("accelerate_split_batches.log", "config.world_size_mismatch", "not a multiple of the 4"),
+        ("accelerate_parallelism.log", "config.world_size_mismatch", "larger than the world"),
         ("dtensor_view.log", "config.world_size_mismatch", "does not divide evenly"),
         ("group_size.log", "config.world_size_mismatch", "group size is outside the world"),
         ("node_local_rank.log", "config.env_missing", "LOCAL_RANK not set"),
@@ -56,7 +75,7 @@ def test_a_launchers_own_traceback_is_not_the_users_line() -> None:
 def test_each_recorded_refusal_names_its_cause(name: str, cause: str, words: str) -> None:
     top = analyze(CPU / name)["hypotheses"][0]
     assert top["cause_id"] == cause and words in top["title"]
-    assert top["location"]["file"].endswith("cpu_misuse.py")
+    assert top["location"]["file"].endswith(("cpu_misuse.py", "accelerate_setup.py"))
 
 
 @pytest.mark.parametrize(
@@ -101,6 +120,23 @@ def test_each_recorded_refusal_names_its_cause(name: str, cause: str, words: str
             "config.world_size_mismatch",
             "(8 saved, 4 now)",
         ),
+        (
+            "AssertionError: Number of layers should be divisible by the pipeline-model-parallel"
+            " size",
+            "config.world_size_mismatch",
+            "Number of layers does not split evenly over the pipeline-model-parallel size",
+        ),
+        (
+            "AssertionError: output_size (4096) must be divisible by tp_size (3)",
+            "config.world_size_mismatch",
+            "over the tp_size",
+        ),
+        (
+            "ValueError: ParallelismConfig total_size (8) does not match num_processes (4)."
+            " Please adjust dp_replicate_size/ dp_shard_size/tp_size/cp_size/sp_size.",
+            "config.world_size_mismatch",
+            "do not multiply to the number of processes",
+        ),
     ],
     ids=[
         "nccl-dtype",
@@ -110,6 +146,9 @@ def test_each_recorded_refusal_names_its_cause(name: str, cause: str, words: str
         "nvml-visible",
         "dtensor-dim",
         "checkpoint-world",
+        "megatron-layers",
+        "tp-output-size",
+        "accelerate-parallelism",
     ],
 )
 def test_the_refusal_names_its_cause(tmp_path: Path, line: str, cause: str, words: str) -> None:
@@ -126,3 +165,12 @@ def test_a_variable_named_in_a_warning_is_not_a_missing_launch_variable(tmp_path
     text = "WARNING: MASTER_ADDR is not set, using localhost\nstep 10 loss 2.31\n"
     report = analyze_files(tmp_path, {"rank0.log": text})
     assert not [h for h in report.hypotheses if h.cause_id == "config.env_missing"]
+
+
+def test_a_divisor_that_is_no_parallel_size_is_not_a_world_size_mismatch(tmp_path: Path) -> None:
+    text = (
+        'Traceback (most recent call last):\n  File "/job/moe.py", line 5, in <module>\n'
+        "AssertionError: The number of experts must be divisible by granularity for upcycling"
+    )
+    report = analyze_files(tmp_path, {"rank0.log": text})
+    assert not [h for h in report.hypotheses if h.cause_id == "config.world_size_mismatch"]

@@ -300,3 +300,19 @@ signature(
     anchors=("connectFullMesh failed", "Connect timeout"),
     summary="gloo could not connect its full mesh of pairs between ranks",
 )
+
+# accelerate's debug-mode check before its gather and reduce operations: it compares the
+# tensor shapes of every process and lists them, one line each.
+signature(
+    "accelerate.shape_mismatch",
+    r"Cannot apply desired operation due to shape mismatches",
+    anchors="due to shape mismatches",
+    summary="accelerate compared the processes' tensor shapes before a collective: they differ",
+)
+
+signature(
+    "accelerate.process_shape",
+    r"^\s*- Process (?P<process>\d+): (?P<shape>\S.*?)\s*$",
+    anchors="- Process ",
+    summary="one process's tensor shape in accelerate's shape-mismatch report",
+)

@@ -36,3 +36,40 @@ signature(
     summary="a sharded checkpoint is loaded at another world size than it was saved at",
     extract=lambda m: {"dim": f"{m['scope'].lower()} world size"},
 )
+
+#: A parallel size as configs and frameworks spell it: `tensor model parallel size`,
+#: `pipeline-model-parallel size`, `data_parallel_size`, `tp_size`, `cp_size`, `world_size`.
+_PARALLEL_SIZE = (
+    r"(?:(?:tensor|pipeline|expert|context|sequence|data|model)[ _-](?:model[ _-])?parallel"
+    r"(?:[ _-](?:size|degree|world[ _]size))?|(?:[tpcde]p|mp)[ _]?size|world[ _]?size)"
+)
+
+# Megatron's, vLLM's and the model libraries' checks that a quantity of the model or the
+# batch splits evenly over a parallel dimension (`number of layers should be divisible by
+# the pipeline-model-parallel size`, `output_size (4096) must be divisible by tp_size (3)`,
+# `eval_global_batch_size (8) must be divisible by eval_micro_batch_size (2) *
+# data_parallel_size (3)`).
+signature(
+    "setup.not_divisible_by_parallel_size",
+    r"(?i)(?P<what>[\w.()= ]{0,60}?)\s(?:must|should)\s+be\s+(?:evenly\s+)?divisible\s*"
+    r"(?:by\s*)?(?P<by>[^\n]{0,60}?\b(?P<size>" + _PARALLEL_SIZE + r")\b[^\n]{0,30})",
+    anchors=("divisible",),
+    summary="a quantity of the model or the batch does not split evenly over a parallel size",
+)
+
+# accelerate's checks of the world against the batch and the parallelism plan.
+signature(
+    "setup.batch_not_multiple_of_processes",
+    r"the batch size \((?P<batch>\d+)\) needs to be a round multiple of the number of processes"
+    r" \((?P<processes>\d+)\)",
+    anchors="needs to be a round multiple of the number of processes",
+    summary="accelerate's split_batches needs a batch size that is a multiple of the processes",
+)
+
+signature(
+    "setup.parallel_total_vs_processes",
+    r"ParallelismConfig total_size \((?P<total>\d+)\) does not match num_processes"
+    r" \((?P<processes>\d+)\)",
+    anchors="does not match num_processes",
+    summary="accelerate's parallelism sizes do not multiply to the number of processes",
+)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 
 from triage.models import Finding
@@ -41,7 +42,9 @@ def shape_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     DDP's own check of the model across ranks (`DDP expects same model across all ranks`,
     `appears not to match sizes of the same param in process 0`, 0.55); gloo's check of
     the bytes a pair receives (`op.preamble.length <= op.nbytes. 8 vs 4`, `Received data
-    size doesn't match expected size`, 0.7).
+    size doesn't match expected size`, 0.7); accelerate's debug-mode check (`Cannot apply
+    desired operation due to shape mismatches`, with each process's shape listed: 0.8 naming
+    the processes off the majority's shape, 0.7 with no majority).
 
     Why it happens:
     A tensor whose size depends on the rank's data: the last uneven batch, variable-length
@@ -68,6 +71,7 @@ def shape_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     candidates = [s for s in view.splits if s.how == "shape"]
     if not candidates:
         yield from _gloo_sizes(evidence, view)
+        yield from _process_shapes(evidence, view)
         yield from _same_op(evidence)
         yield from _reshaped(view)
         yield from _models_differ(evidence)
@@ -135,6 +139,35 @@ def _gloo_sizes(evidence: EvidenceSet, view: HangLog) -> Iterator[Finding]:
         " broadcast_object_list a list of the same length everywhere; and check that every"
         " rank reaches the same collectives in the same order.",
         confirm="TORCH_DISTRIBUTED_DEBUG=DETAIL names the collective and each rank's shapes",
+    )
+
+
+def _process_shapes(evidence: EvidenceSet, view: HangLog) -> Iterator[Finding]:
+    """accelerate's debug mode gathers every process's shape before a gather or reduce and
+    lists them when they differ: the processes whose shape the others do not share are the
+    odd ones, unless no shape has a majority."""
+    if not signals(evidence, "accelerate.shape_mismatch"):
+        return
+    listed = signals(evidence, "accelerate.process_shape")
+    shapes = {int(s.fields["process"]): str(s.fields["shape"]) for _, s in listed}
+    counts = Counter(shapes.values())
+    common, most = counts.most_common(1)[0] if counts else ("", 0)
+    decided = most > len(shapes) / 2
+    odd = sorted(p for p, shape in shapes.items() if shape != common) if decided else []
+    seen = ", ".join(f"process {p}: {shape}" for p, shape in sorted(shapes.items())[:8])
+    who = f"process {format_ranks(odd)}" if odd else "the processes"
+    yield Finding(
+        title=f"{who} passed a tensor of another shape to accelerate's collective",
+        summary=f"accelerate compared the shapes before the operation ({seen})"
+        + ("." if decided else "; no shape has a majority, so the odd side cannot be told."),
+        ranks=odd,
+        location=view.location(odd) or comm_view(evidence).location([]),
+        confidence=0.8 if decided else 0.7,
+        evidence=ids((signals(evidence, "accelerate.shape_mismatch") + listed)[:8]),
+        fix="Give the tensor the same shape on every process before gather or reduce: pad"
+        " with accelerator.pad_across_processes (or gather_for_metrics, which handles the"
+        " last uneven batch), or gather objects with gather_object for ragged data.",
+        confirm="print the tensor's shape on each process before the call",
     )
 
 

@@ -25,6 +25,10 @@ _KINDS = {
     "setup.rank_out_of_range": (0.8, "a rank number or group size is outside the world"),
     "setup.nccl_rank_count": (0.85, "NCCL's ranks disagree on the world size or a rank number"),
     "setup.world_sizes_differ": (0.75, "two layers of the launch count a different world size"),
+    "setup.parallel_total_vs_processes": (
+        0.85,
+        "the parallelism sizes do not multiply to the number of processes",
+    ),
 }
 _FIX = (
     "Make the launch and the script agree on the world: nnodes x nproc-per-node must equal "
@@ -88,6 +92,12 @@ _FIX_CHECKPOINT = (
     " torch.distributed.checkpoint resharding on load)."
 )
 
+_FIX_DIVIDES = (
+    "Pick parallel sizes that divide what the message names (the layers by the pipeline size,"
+    " heads and hidden sizes by the tensor size, the sequence by 2 x cp, the global batch by"
+    " micro-batch x data-parallel size; the data-parallel size is the world size over"
+    " tp x pp x cp), or change that quantity (pad it, or set the batch for this world size)."
+)
 _FIX_UNEVEN = (
     "Give the sharded dimension a size its mesh dimension divides: pad it to a multiple of the"
     " parallel size (a vocabulary to a multiple of 64 x tp, a sequence to a multiple of"
@@ -124,7 +134,12 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     a sharded dimension its mesh dimension does not divide (0.6: DTensor's `Cannot flatten
     unevenly sharded tensor: dimension 0 (size 7) is not evenly divisible by mesh dimension
     0 (size 2)`, `Global dim 13 not divisible by mesh size 2`, FSDP2's `does not support
-    uneven sharding on dim 0`, context parallel's sequence split); a sharded checkpoint's
+    uneven sharding on dim 0`, context parallel's sequence split); any other quantity a
+    framework checks against a parallel size (0.7: Megatron's `number of layers should be
+    divisible by the pipeline-model-parallel size`, `output_size (4096) must be divisible by
+    tp_size (3)`, a global batch against micro-batch x data-parallel size), accelerate's
+    `the batch size (6) needs to be a round multiple of the number of processes (4)` (0.7)
+    and `ParallelismConfig total_size (8) does not match num_processes (4)` (0.85); a sharded checkpoint's
     `Global world size at save time was 8, but at load time was 4` (0.8);
     weaker (0.5), processes that announce the same global rank (Lightning's `Initializing
     distributed: GLOBAL_RANK: 1, MEMBER: 2/8` twice) while fewer distinct ranks than the
@@ -165,6 +180,7 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
             f"the {fields['by'].strip().rstrip('.')} does not divide the {fields['what'].lower()}"
         )
         found.append((0.8, what, split, _FIX_SPLIT))
+    found.extend(_parallel_size_fits(evidence, bool(split)))
     buffers = signals(evidence, "setup.collective_buffer_size")
     if buffers:
         fields = buffers[0][1].fields
@@ -228,6 +244,29 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
         "WORLD_SIZE in the ranks' environment differs from the product of the mesh or "
         "parallel sizes the script builds (or from the number of processes started)",
     )
+
+
+def _parallel_size_fits(evidence: EvidenceSet, named: bool) -> list[Found]:
+    """A quantity of the model or the batch that a parallel size does not divide, in a
+    framework's own check (0.7; the model dimensions the specific wording names read at 0.8),
+    and accelerate's batch against the number of processes (0.7)."""
+    found: list[Found] = []
+    items = [] if named else signals(evidence, "setup.not_divisible_by_parallel_size")
+    if items:
+        fields = items[0][1].fields
+        subject = fields["what"].strip(" :=")
+        subject = subject if re.search(r"[A-Za-z]", subject) else "a quantity of the model"
+        what = f"{subject} does not split evenly over the {fields['size']}"
+        found.append((0.7, what, items, _FIX_DIVIDES))
+    batch = signals(evidence, "setup.batch_not_multiple_of_processes")
+    if batch:
+        fields = batch[0][1].fields
+        what = (
+            f"the batch size {fields['batch']} is not a multiple of the {fields['processes']}"
+            " processes"
+        )
+        found.append((0.7, what, batch, _FIX_DIVIDES))
+    return found
 
 
 def _batch_for_another_world(evidence: EvidenceSet) -> list[Found]:
