@@ -1,8 +1,9 @@
-"""torch's own refusals of a backend, a device, a layout or a launch variable name their
-cause: the recordings of tests/fixtures/cpu (torch 2.14.1 on a host without a GPU) read as
+"""torch's and NCCL's own refusals of a backend, a device, a layout, a launch variable or a
+peer name their cause: the recordings of tests/fixtures/cpu (torch 2.14.1 on a host without a GPU) read as
 a user would get them, and the wordings no GPU-less host can produce, each checked against
 torch's sources (ProcessGroupNCCL's dtype table and sparse path, torch.cuda's NVML queries,
-FSDP's device checks, DTensor's shape helpers, ShardedTensor's load check)."""
+FSDP's device checks, DTensor's shape helpers, ShardedTensor's load check) or NCCL's
+(init.cc, ras/ras.cc, bootstrap.cc, mnnvl.cc, graph/paths.cc, transport/nvls.cc)."""
 
 from __future__ import annotations
 
@@ -174,3 +175,72 @@ def test_a_divisor_that_is_no_parallel_size_is_not_a_world_size_mismatch(tmp_pat
     )
     report = analyze_files(tmp_path, {"rank0.log": text})
     assert not [h for h in report.hypotheses if h.cause_id == "config.world_size_mismatch"]
+
+
+@pytest.mark.parametrize(
+    ("warn", "cause", "words"),
+    [
+        (
+            "init.cc:1043 NCCL WARN Mismatched NCCL version detected : rank 0 version 22703 rank 8"
+            " version 21805",
+            "comm.version_mismatch",
+            "different NCCL releases",
+        ),
+        (
+            "include/alloc.h:418 NCCL WARN CUMEM not supported prior to CUDA 11.3",
+            "comm.version_mismatch",
+            "newer CUDA driver",
+        ),
+        (
+            "transport/net_socket.cc:61 NCCL WARN NET/Socket : no interface found",
+            "comm.wrong_interface",
+            "no usable socket interface",
+        ),
+        (
+            "bootstrap.cc:335 NCCL WARN Bootstrap Root : mismatch in info from procs, nranks 8 vs"
+            " 16, nroots 1 vs 1, iroot 0 vs 0, offset 0 vs 0",
+            "config.world_size_mismatch",
+            "disagree on the world size",
+        ),
+        (
+            "init.cc:1339 NCCL WARN Detected mixed local Net device counts across ranks (min 0,"
+            " max 8). Set NCCL_IGNORE_NET_MISMATCH=1 to continue.",
+            "comm.infiniband",
+            "from 0 to 8",
+        ),
+        (
+            "mnnvl.cc:74 NCCL WARN MNNVL (cliqueSize 72) is available but not working on this"
+            " system. Check the IMEX channel configuration (/dev/nvidia-caps-imex-channels). Set"
+            " NCCL_MNNVL_ENABLE=0 to ignore this issue.",
+            "comm.fabric",
+            "IMEX",
+        ),
+        (
+            "graph/paths.cc:396 NCCL WARN P2P is disabled between NVLINK connected GPUs 1 and 3."
+            " This should not be the case given their connectivity, and is probably due to a"
+            " hardware issue.",
+            "comm.p2p_unsupported",
+            "peer access",
+        ),
+        (
+            'transport/nvls.cc:254 NCCL WARN NCCL_NVLS_ENABLE has been set to "1" and'
+            " communicator has multiple ranks using the same NVML device.",
+            "config.device_assignment",
+            "same GPU",
+        ),
+    ],
+    ids=[
+        "versions",
+        "cuda-too-old",
+        "socket-no-interface",
+        "bootstrap-nranks",
+        "net-device-counts",
+        "mnnvl-imex",
+        "nvlink-p2p-off",
+        "nvls-shared-gpu",
+    ],
+)
+def test_nccls_own_check_names_its_cause(tmp_path: Path, warn: str, cause: str, words: str) -> None:
+    report = analyze_files(tmp_path, {"rank0.log": f"node1:1234:1300 [0] {warn}"})
+    top = report.hypotheses[0]
+    assert top.cause_id == cause and words in top.title, top.title

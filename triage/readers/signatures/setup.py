@@ -507,8 +507,14 @@ signature(
     "setup.nccl_rank_count",
     r"Bootstrap Root : mismatch in rank count from procs (?P<nranks>\d+) : (?P<other>\d+)"
     r"|Invalid rank requested : (?P<bad_rank>\d+)/(?P<world_size>\d+)"
-    r"|Bootstrap Root : rank (?P<dup_rank>\d+) of (?P<of>\d+) ranks has already checked in",
-    anchors=("mismatch in rank count", "Invalid rank requested", "has already checked in"),
+    r"|Bootstrap Root : rank (?P<dup_rank>\d+) of (?P<of>\d+) ranks has already checked in"
+    r"|Bootstrap Root : mismatch in info from procs, nranks (?P<info_a>\d+) vs (?P<info_b>\d+)",
+    anchors=(
+        "mismatch in rank count",
+        "Invalid rank requested",
+        "has already checked in",
+        "mismatch in info from procs",
+    ),
     summary="NCCL's bootstrap saw ranks disagree on the world size, or one rank number twice",
 )
 

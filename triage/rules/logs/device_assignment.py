@@ -38,6 +38,14 @@ _FIX_MIXED = (
 #: Findings whose wording the signature alone decides: (signature, confidence, what, fix).
 _WORDED = (
     (
+        "nccl.nvls_shared_device",
+        0.8,
+        "several ranks of one communicator use the same GPU (NCCL refuses it under NVLS)",
+        "Give every rank its own GPU: torch.cuda.set_device(LOCAL_RANK) before the first"
+        " collective (or device_id= in init_process_group), and as many processes per node as"
+        " GPUs; NCCL_NVLS_ENABLE=1 cannot serve ranks that share a device.",
+    ),
+    (
         "setup.device_not_visible",
         0.8,
         "a rank's GPU index is past the devices CUDA_VISIBLE_DEVICES lists",

@@ -32,6 +32,13 @@ _FIX_NVLS = (
     "falls back to ring/tree over NVLink) until the host is repaired."
 )
 
+_FIX_IMEX = (
+    "Multi-node NVLink needs the IMEX service on every node of the NVLink domain: check"
+    " `nvidia-imex-ctl -N` (all nodes connected) and that the job sees its channel"
+    " (/dev/nvidia-caps-imex-channels/channel0; in Kubernetes the ComputeDomain that grants it);"
+    " NCCL_MNNVL_ENABLE=0 runs over the network instead until it is fixed."
+)
+
 
 @rule("logs.fabric", "comm.fabric")
 def fabric(evidence: EvidenceSet) -> Iterator[Finding]:
@@ -46,7 +53,9 @@ def fabric(evidence: EvidenceSet) -> Iterator[Finding]:
     interface version X don't match with driver version Y` and its systemd failure
     (`nvidia-fabricmanager.service: Control process exited`, `Job for
     nvidia-fabricmanager.service failed`, `fabric manager config file item: X has an invalid
-    value`). Weaker (0.6), a log with no error whose last NCCL word is a step of NVLS setup
+    value`); NCCL's `MNNVL (cliqueSize 72) is available but not working on this system`
+    (0.75: multi-node NVLink without a working IMEX service or channel). Weaker (0.6), a
+    log with no error whose last NCCL word is a step of NVLS setup
     (NCCL_DEBUG=INFO's `NVLS multicast support ...`, `NVLS comm ...`, `NVLS Bind mem ...`):
     the multicast setup waits for a fabric it cannot use instead of failing.
 
@@ -101,6 +110,11 @@ def fabric(evidence: EvidenceSet) -> Iterator[Finding]:
                 _FIX_VERSION if version else _FIX_SERVICE,
             )
         )
+    imex = view.of("nccl.mnnvl_unusable")
+    if imex:
+        clique = imex[0][1].fields["clique"]
+        what = f"multi-node NVLink (a clique of {clique}) is present but the IMEX service is not"
+        found.append((0.75, what + " usable", imex, _FIX_IMEX))
     bound = [(e, s) for e, s in nvls if "nvls_code" not in s.fields]
     if bound:
         found.append(
@@ -123,7 +137,7 @@ def fabric(evidence: EvidenceSet) -> Iterator[Finding]:
     if not found:
         return
     (confidence, what, items, fix), every = strongest(found)
-    ranks = ranks_of(s for _, s in not_ready + nvls)
+    ranks = ranks_of(s for _, s in not_ready + nvls + imex)
     hosts = sorted({s.host for _, s in every if s.host})
     where = f" on {', '.join(hosts[:4])}" if hosts else ""
     yield Finding(

@@ -25,6 +25,13 @@ _OFI_FIX = (
     "FI_* overrides and the aws-ofi-nccl and libfabric versions, and whether the peer rank died "
     "first. NCCL_NET=Socket confirms by leaving the plugin out (slowly)."
 )
+_NICS_FIX = (
+    "Give every node the same network devices: compare `ibv_devinfo -l` (or `ls"
+    " /sys/class/infiniband`) and NCCL_IB_HCA across nodes; a node whose NICs are down, whose"
+    " container lacks the RDMA devices (--device=/dev/infiniband, the RDMA resource in"
+    " Kubernetes), or whose NCCL_IB_HCA names fewer ports gives NCCL this count; set"
+    " NCCL_IGNORE_NET_MISMATCH=1 only where the difference is intended."
+)
 _QP_FIX = (
     "Check the fabric between the hosts with `ibv_devinfo` (ports ACTIVE), `show_gids` and "
     "perftest (`ib_write_bw`) using the same device and GID; set NCCL_IB_GID_INDEX to the "
@@ -38,7 +45,9 @@ def infiniband(evidence: EvidenceSet) -> Iterator[Finding]:
     """An InfiniBand/RoCE verbs call, completion or port failed under NCCL.
 
     What it detects:
-    `Call to ibv_reg_mr/ibv_create_qp/ibv_modify_qp failed ...`, `NET/IB : Got completion
+    NCCL's `Detected mixed local Net device counts across ranks (min 0, max 8)` (0.7: some
+    node's NICs are missing, down or hidden from its container: InfiniBand on some nodes
+    only); `Call to ibv_reg_mr/ibv_create_qp/ibv_modify_qp failed ...`, `NET/IB : Got completion
     from peer ... with error N` (12 = IBV_WC_RETRY_EXC_ERR, transport retries exceeded),
     asynchronous device events (port error, fatal event), libibverbs' RLIMIT_MEMLOCK warning,
     and a multi-host NCCL log over IB that stops during communicator setup. NCCL's OFI
@@ -125,6 +134,14 @@ def _findings(view: CommView) -> list[Found]:
         found.append(
             (0.6, "the locked-memory limit is too low for RDMA", memlock_warning, _MEMLOCK_FIX)
         )
+    counts = view.of("nccl.net_device_counts")
+    if counts:
+        fields = counts[0][1].fields
+        what = (
+            f"the nodes see different numbers of network devices (from {fields['min']} to"
+            f" {fields['max']}): some node's NICs are missing, down or hidden"
+        )
+        found.append((0.7, what, counts, _NICS_FIX))
     events = view.of("nccl.ib_async_event")
     if events:
         found.append((0.8, "the InfiniBand device reported a fault", events, _QP_FIX))

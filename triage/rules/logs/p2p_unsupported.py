@@ -25,7 +25,8 @@ def p2p_unsupported(evidence: EvidenceSet) -> Iterator[Finding]:
     """GPU peer-to-peer (CUDA IPC, P2P over PCIe/NVLink) fails or stalls between local GPUs.
 
     What it detects:
-    `peer access is not supported between these two devices`, `failed to open CUDA IPC
+    `peer access is not supported between these two devices`, NCCL's `P2P is disabled
+    between NVLINK connected GPUs 1 and 3` (a hardware fault on the link), `failed to open CUDA IPC
     handle`, failed cudaIpc*MemHandle calls; and the classic silent case: an
     NCCL_DEBUG=INFO log of ranks all on one host that stops during communicator setup
     (no `Init COMPLETE`, no error), or whose P2P channels are set up and the first
@@ -56,7 +57,7 @@ def p2p_unsupported(evidence: EvidenceSet) -> Iterator[Finding]:
     issues on P2P hangs fixed by iommu=pt or NCCL_P2P_DISABLE=1.
     """
     view = comm_view(evidence)
-    explicit = view.of("nccl.p2p_failed")
+    explicit = view.of("nccl.p2p_failed", "nccl.p2p_disabled_nvlink")
     overrides = view.overrides()
     p2p_off = overrides.get("NCCL_P2P_DISABLE", "0") not in ("0", "") or overrides.get(
         "NCCL_P2P_LEVEL", ""

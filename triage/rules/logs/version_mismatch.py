@@ -18,7 +18,10 @@ def version_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     """Ranks load different NCCL versions, or NCCL/torch do not fit the driver or each other.
 
     What it detects:
-    Different `NCCL version X` across ranks, hosts or log files; `CUDA driver version is
+    NCCL's own `Mismatched NCCL version detected : rank 0 version 22703 rank 8 version
+    21805` and RAS's `NCCL version mismatch with remote peer` (0.9); `CUMEM not supported
+    prior to CUDA 11.3` (0.65: a driver older than NCCL needs);
+    different `NCCL version X` across ranks, hosts or log files; `CUDA driver version is
     insufficient for CUDA runtime version`; torch's `NVIDIA driver on your system is too
     old`; `undefined symbol: nccl...` (a torch build linked against another libnccl); NCCL
     bootstrap `Message truncated` (peers speak different NCCL protocols); NCCL's `Cuda
@@ -121,6 +124,14 @@ def _findings(view: CommView) -> list[Found]:
         )
         items = [group[0] for group in by_version.values()]
         found.append((0.8, f"ranks load different NCCL versions ({where})", items, _SAME_ENV))
+    differ = view.of("nccl.versions_differ")
+    if differ:
+        what = "NCCL found ranks of one communicator running different NCCL releases"
+        found.append((0.9, what, differ, _SAME_ENV))
+    too_old = view.of("nccl.cuda_too_old")
+    if too_old:
+        what = "NCCL needs a newer CUDA driver than this host has"
+        found.append((0.65, what, too_old, _DRIVER))
     ray = view.of("ray.version_mismatch")
     if ray:
         found.append(

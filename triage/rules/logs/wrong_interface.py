@@ -22,7 +22,8 @@ def wrong_interface(evidence: EvidenceSet) -> Iterator[Finding]:
     What it detects:
     gloo's `Unable to find address for: <if>` (GLOO_SOCKET_IFNAME names an absent
     interface), its loopback fallback, pairs connecting to `[127.0.1.1]` and
-    `connectFullMesh failed`; NCCL's `no socket interface found` / `No usable
+    `connectFullMesh failed`; NCCL's `no socket interface found` / `NET/Socket : no
+    interface found` / `no device found matching ib0, verify NCCL_OOB_NET_IFNAME` / `No usable
     listening interface found` (NCCL_SOCKET_IFNAME matches nothing); NCCL's `Socket creation
     failed : Address family not supported by protocol` (an IPv6 address where the kernel or
     container has none, or no IP interface in the container); NCCL connections to a
@@ -103,7 +104,7 @@ def _findings(view: CommView) -> list[Found]:
                 _IFNAME_FIX.format(var="GLOO_SOCKET_IFNAME"),
             )
         )
-    missing = view.of("nccl.no_interface")
+    missing = view.of("nccl.no_interface", "nccl.no_net_interface")
     if missing:
         ifname = overrides.get("NCCL_SOCKET_IFNAME")
         told = f" (NCCL_SOCKET_IFNAME={ifname})" if ifname else ""
