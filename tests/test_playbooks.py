@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import REPO, analyze_files
 from triage.engine import follow, gather
 from triage.models import Evidence
 from triage.observations import LogSignal
@@ -178,3 +179,16 @@ def test_the_hang_playbook_leaves_out_what_the_evidence_shows_done(tmp_path: Pat
     assert not any("Capture Flight Recorder" in s for s in both.next_steps)
     assert any(s.startswith("Set NCCL_DEBUG=INFO") for s in plain.next_steps)
     assert not any("NCCL_DEBUG" in s for s in both.next_steps)  # the dumps are gloo's
+
+
+def test_a_symptom_weighs_every_cause_and_falls_back_to_its_own_family(tmp_path: Path) -> None:
+    """`triage hang` on a job that hung because two ranks share a GPU names the shared GPU (a
+    config cause), not a hang cause it cannot support; with nothing read, it is hang.unknown."""
+    dup = (REPO / "tests" / "fixtures" / "gpu" / "dup_gpu.log").read_text()
+    (tmp_path / "dup").mkdir()
+    (tmp_path / "quiet").mkdir()
+    hang = analyze_files(tmp_path / "dup", {"rank0.log": dup}, symptom="hang")
+    assert hang.symptom == "hang"
+    assert hang.hypotheses[0].cause_id == "config.device_assignment"
+    quiet = analyze_files(tmp_path / "quiet", {"rank0.log": "step 10 loss 2.31"}, symptom="hang")
+    assert [h.cause_id for h in quiet.hypotheses] == ["hang.unknown"]

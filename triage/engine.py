@@ -85,8 +85,8 @@ def diagnose(
     symptom: str | None, targets: dict[str, Any], plugin_dirs: list[Path] | None = None
 ) -> Report:
     """The one way in: a symptom (None or "analyze": let the evidence name it) and the
-    job's targets, to a ranked report. Loads the tools, the rules the playbook's causes
-    reach and the user's plugins (a broken plugin raises ImportError or ValueError)."""
+    job's targets, to a ranked report. Loads the tools and the user's plugins (a broken
+    plugin raises ImportError or ValueError); `decide` imports the rules the evidence needs."""
     playbook, by_symptom = select_playbook(symptom, plugin_dirs)
     load_all(plugin_dirs, rules=False)  # `decide` imports the rules the evidence needs
     return follow(playbook, targets, by_symptom=by_symptom)
@@ -167,14 +167,16 @@ def gather(playbook: Playbook, targets: dict[str, Any], registry: Registry = REG
 
 
 def decide(playbook: Playbook, report: Report) -> Report:
-    """Apply the playbook's rules to the gathered evidence and rank what they found (the
-    rules of its causes' families that read the kinds of evidence gathered are imported
-    first)."""
-    load_rules(rule_families(playbook.causes), {e.kind for e in report.evidence})
+    """Apply the rules to the gathered evidence and rank what they found. Every cause is
+    weighed, whatever the symptom: a hang is often a transport's fault (peer access, an
+    InfiniBand link, /dev/shm) and a communication error a rank's own; the symptom chose the
+    tools that gathered the evidence, and its family's unknown is the answer when nothing
+    reads (the rules that read the kinds of evidence gathered are imported first)."""
+    load_rules(rule_families(["*"]), {e.kind for e in report.evidence})
     evidence = EvidenceSet(report.evidence)
     findings: list[Finding] = []
     try:
-        findings = [finding for _, finding in run_rules(select(playbook.causes), evidence)]
+        findings = [finding for _, finding in run_rules(select(["*"]), evidence)]
     except Exception as exc:  # a rule bug must not lose the evidence already gathered
         report.notes.append(f"rule evaluation failed: {type(exc).__name__}: {exc}")
     if not findings and playbook.fallback_cause:

@@ -82,7 +82,11 @@ class Playbook(Contract):
     title: str
     summary: str
     steps: list[PlaybookStep]
-    causes: list[str] = Field(description="Globs of cause IDs whose rules run, e.g. 'hang.*'.")
+    causes: list[str] = Field(
+        description="Globs of the cause IDs the symptom is about, e.g. 'hang.*': what its steps"
+        " look for and an agent is told to weigh first. Every rule runs on the evidence"
+        " whatever the symptom; these name the family whose unknown is the fallback."
+    )
     fallback_cause: str | None = None
     next_steps: list[NextStep] = Field(default_factory=list)
     body: str = ""

@@ -110,13 +110,17 @@ def playbooks_list() -> None:
 
 @playbooks_app.command("show")
 def playbooks_show(name: str) -> None:
-    """A playbook's steps, the tools it runs and the causes it decides between."""
+    """A playbook's steps, the tools it runs and the causes it looks for first."""
     from triage.playbooks import get_playbook
 
     playbook = get_playbook(name, PLUGIN_DIRS)
     lines = [f"# {playbook.title}", "", "Tools, in order:"]
     lines += [f"  - {step.tool}: {step.why}" for step in playbook.steps]
-    lines += [f"Causes decided: {', '.join(playbook.causes)}", "", playbook.body]
+    lines += [
+        f"Causes it looks for first: {', '.join(playbook.causes)} (every rule runs)",
+        "",
+        playbook.body,
+    ]
     page(lines)
 
 

@@ -78,7 +78,7 @@ def playbook_text(playbook: Playbook) -> str:
     steps = "\n".join(f"- {step.tool}: {step.why}" for step in playbook.steps)
     return (
         f"Playbook `{playbook.name}` ({playbook.symptom}): {playbook.title}\n{playbook.summary}\n"
-        f"Tools it runs, in order:\n{steps}\nCauses it decides between: "
+        f"Tools it runs, in order:\n{steps}\nCauses it looks for first (every cause the evidence supports still counts): "
         f"{', '.join(playbook.causes)}\n\n{playbook.body}"
     )
 
