@@ -12,8 +12,13 @@ category (cases, cause right, category right, top-2 right, no hypothesis) and a
 calibration table (confidence bucket, cases, share right); each case's line only for the
 splits rules may be written from. Exits non-zero only when triage crashes on a case.
 
+With --reported-symptom each case also gets the symptom its reporter saw (`symptom`,
+labelled from the report's own words and output, blind to its cause), as a user who types
+`triage hang` or `triage oom` would: what the tool answers when told what was seen.
+
     python bench/eval_cases.py [--split dev|check|shared|all] [--cases PATH] [--json]
                                [--verbose] [--jobs N] [--dress kubectl|cut-80|...]
+                               [--reported-symptom]
 """
 
 from __future__ import annotations
@@ -117,9 +122,13 @@ def family(cause: str | None) -> str:
     return (cause or "").split(".")[0]
 
 
-def run_case(triage: str, case: dict[str, Any]) -> Result:
+def run_case(triage: str, case: dict[str, Any], reported: bool = False) -> Result:
+    """`triage analyze` on the case's evidence; with `reported`, and the case's `symptom` one a
+    user would type (hang, oom, wrong-results; not `error`), as `--symptom` too."""
+    symptom = case.get("symptom") if reported else None
+    given = ["--symptom", symptom] if symptom and symptom != "error" else []
     done = subprocess.run(
-        [triage, "analyze", "-", "--json"],
+        [triage, "analyze", "-", "--json", *given],
         input=case["evidence"],
         capture_output=True,
         text=True,
@@ -225,6 +234,12 @@ def main() -> int:
     parser.add_argument("--verbose", action="store_true", help="Show the report of each miss.")
     parser.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1))
     parser.add_argument(
+        "--reported-symptom",
+        action="store_true",
+        help="Also give each case the symptom its reporter saw (the case's `symptom`: hang, oom,"
+        " wrong-results), as a user types `triage hang`; `error` cases run as before.",
+    )
+    parser.add_argument(
         "--dress",
         choices=sorted(DRESSES),
         help="Paste every case the way a tool or a report dresses it (a timestamp per line,"
@@ -242,7 +257,7 @@ def main() -> int:
         return 0
     triage = str(Path(sys.executable).parent / "triage")
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        results = list(pool.map(lambda case: run_case(triage, case), cases))
+        results = list(pool.map(lambda case: run_case(triage, case, args.reported_symptom), cases))
     splits = sorted(
         {r.split for r in results},
         key=lambda s: ("dev", "check", "shared").index(s) if s in ("dev", "check", "shared") else 9,

@@ -133,6 +133,14 @@ def test_each_recorded_refusal_names_its_cause(name: str, cause: str, words: str
             "over the tp_size",
         ),
         (
+            "ConnectionError: Tried to launch distributed communication on port `29500`, but"
+            " another process is utilizing it. Please specify a different port (such as using"
+            " the `--main_process_port` flag or specifying a different `main_process_port` in"
+            " your config file) and rerun your script.",
+            "comm.rendezvous",
+            "port 29500 is already in use",
+        ),
+        (
             "ValueError: ParallelismConfig total_size (8) does not match num_processes (4)."
             " Please adjust dp_replicate_size/ dp_shard_size/tp_size/cp_size/sp_size.",
             "config.world_size_mismatch",
@@ -149,6 +157,7 @@ def test_each_recorded_refusal_names_its_cause(name: str, cause: str, words: str
         "checkpoint-world",
         "megatron-layers",
         "tp-output-size",
+        "accelerate-port",
         "accelerate-parallelism",
     ],
 )

@@ -54,8 +54,16 @@ signature(
 
 signature(
     "c10d.address_in_use",
-    r"[Aa]ddress already in use|\bEADDRINUSE\b",
-    anchors=("Address already in use", "address already in use", "EADDRINUSE"),
+    # accelerate checks the port itself before it launches: `Tried to launch distributed
+    # communication on port `29500`, but another process is utilizing it.`
+    r"[Aa]ddress already in use|\bEADDRINUSE\b"
+    r"|on port `?(?P<port>\d+)`?, but another process is utilizing it",
+    anchors=(
+        "Address already in use",
+        "address already in use",
+        "EADDRINUSE",
+        "but another process is utilizing it",
+    ),
     summary="a socket's port is already taken by another process (EADDRINUSE)",
 )
 

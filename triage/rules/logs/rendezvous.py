@@ -18,6 +18,7 @@ _SETUP = re.compile(
 #: metrics server) or of NCCL's own sockets.
 _STORE_LINE = re.compile(
     r"c10d|TCPStore|socket\.cpp|DistNetworkError|DistStoreError|Rendezvous|EADDRINUSE|"
+    r"launch distributed communication on port|"
     r"failed to (?:bind|listen)|^RuntimeError: (?:Address already in use|Connection refused|"
     r"Network is unreachable|No route to host)"
 )
