@@ -38,6 +38,8 @@ class Case(BaseModel):
     root_cause: str
     fix: str
     split: Literal["dev", "check"]
+    #: what the reporter saw, labelled from the report's words and output without its cause
+    symptom: Literal["hang", "oom", "wrong-results", "error"]
 
     @field_validator("cause")
     @classmethod

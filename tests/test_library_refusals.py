@@ -68,6 +68,7 @@ def test_with_no_majority_shape_no_process_is_blamed(tmp_path: Path) -> None:
         ("fsdp_cpu.log", "config.backend_device", "no GPU is usable"),
         ("accelerate_split_batches.log", "config.world_size_mismatch", "not a multiple of the 4"),
         ("accelerate_parallelism.log", "config.world_size_mismatch", "larger than the world"),
+        ("lightning_devices.log", "config.world_size_mismatch", "Lightning's devices"),
         ("dtensor_view.log", "config.world_size_mismatch", "does not divide evenly"),
         ("group_size.log", "config.world_size_mismatch", "group size is outside the world"),
         ("node_local_rank.log", "config.env_missing", "LOCAL_RANK not set"),
@@ -76,7 +77,9 @@ def test_with_no_majority_shape_no_process_is_blamed(tmp_path: Path) -> None:
 def test_each_recorded_refusal_names_its_cause(name: str, cause: str, words: str) -> None:
     top = analyze(CPU / name)["hypotheses"][0]
     assert top["cause_id"] == cause and words in top["title"]
-    assert top["location"]["file"].endswith(("cpu_misuse.py", "accelerate_setup.py"))
+    assert top["location"]["file"].endswith(
+        ("cpu_misuse.py", "accelerate_setup.py", "lightning_devices.py")
+    )
 
 
 @pytest.mark.parametrize(
@@ -141,6 +144,31 @@ def test_each_recorded_refusal_names_its_cause(name: str, cause: str, words: str
             "port 29500 is already in use",
         ),
         (
+            "MisconfigurationException: You set `devices=4` in Lightning, but the number of tasks"
+            " per node configured in SLURM `--ntasks-per-node=1` does not match. HINT: Set"
+            " `devices=1`.",
+            "config.world_size_mismatch",
+            "Lightning's devices",
+        ),
+        (
+            "RuntimeError: You set `--ntasks=8` in your SLURM bash script, but this variable is"
+            " not supported. HINT: Use `--ntasks-per-node=8` instead.",
+            "config.launcher_args",
+            "--ntasks does not tell Lightning",
+        ),
+        (
+            "MisconfigurationException: You requested to find 8 devices but this machine only"
+            " has 4 GPUs.",
+            "config.device_assignment",
+            "more GPUs than the process sees",
+        ),
+        (
+            "RuntimeError: Lightning attempted to launch new distributed processes with"
+            " `local_rank > 0`. This should not happen.",
+            "config.launcher_args",
+            "already has a local rank",
+        ),
+        (
             "ValueError: ParallelismConfig total_size (8) does not match num_processes (4)."
             " Please adjust dp_replicate_size/ dp_shard_size/tp_size/cp_size/sp_size.",
             "config.world_size_mismatch",
@@ -157,6 +185,10 @@ def test_each_recorded_refusal_names_its_cause(name: str, cause: str, words: str
         "checkpoint-world",
         "megatron-layers",
         "tp-output-size",
+        "lightning-slurm-tasks",
+        "lightning-ntasks",
+        "lightning-gpus",
+        "lightning-relaunch",
         "accelerate-port",
         "accelerate-parallelism",
     ],

@@ -38,6 +38,28 @@ _FIX_MIXED = (
 #: Findings whose wording the signature alone decides: (signature, confidence, what, fix).
 _WORDED = (
     (
+        "lightning.gpus_missing",
+        0.75,
+        "Lightning was asked for more GPUs than the process sees",
+        "Ask for the GPUs the node has (Trainer(devices=...) no more than `nvidia-smi -L` lists"
+        " and CUDA_VISIBLE_DEVICES leaves), or give the job those GPUs (Slurm --gpus-per-node,"
+        " the container's --gpus); devices='auto' takes what is there.",
+    ),
+    (
+        "lightning.gpus_occupied",
+        0.7,
+        "the GPUs Lightning picked are held by other processes",
+        _FIX_BUSY,
+    ),
+    (
+        "lightning.device_indices",
+        0.75,
+        "Lightning's DeepSpeed strategy got device indices other than the processes' local ranks",
+        "Pick GPUs with CUDA_VISIBLE_DEVICES (e.g. CUDA_VISIBLE_DEVICES=2,3 with devices=2)"
+        " instead of listing indices in Trainer(devices=[2, 3]): DeepSpeed maps each process to"
+        " the GPU of its local rank.",
+    ),
+    (
         "nccl.nvls_shared_device",
         0.8,
         "several ranks of one communicator use the same GPU (NCCL refuses it under NVLS)",
@@ -168,6 +190,9 @@ def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
     exceeds available GPUs in CUDA_VISIBLE_DEVICES=0`, torch.cuda's `device 3 is not visible
     (CUDA_VISIBLE_DEVICES=[0, 1])`); FSDP's `FSDP only supports single device modules but got
     params on {...}` (0.7: part of the module was moved to the GPU before wrapping);
+    Lightning's `You requested to find 8 devices but this machine only has 4 GPUs` (0.75),
+    `The devices [0] are occupied by other processes` (0.7) and its DeepSpeed strategy's
+    `The selected device indices [2, 3] don't match the local rank values` (0.75);
     weaker: NCCL's `invalid usage` result with no reason shown (its usual cause is two
     ranks on one GPU; NCCL_DEBUG=WARN prints the `Duplicate GPU` line); weaker still, one
     operation on tensors of two GPUs (`Expected all tensors to be on the same device, ...

@@ -51,6 +51,9 @@ def launcher_args(evidence: EvidenceSet) -> Iterator[Finding]:
     """The launcher and the script disagree on the script's command-line arguments.
 
     What it detects:
+    Lightning's `You set --ntasks=8 in your SLURM bash script, but this variable is not
+    supported` and `Lightning attempted to launch new distributed processes with local_rank >
+    0` (0.75 each: Slurm's task count, or a launcher around Lightning's own);
     argparse's `error: unrecognized arguments: --local-rank=0` (or `--local_rank=0`),
     `error: the following arguments are required: --local_rank`, transformers'
     `Some specified arguments are not used by the HfArgumentParser: [...]`; an exception
@@ -88,6 +91,7 @@ def launcher_args(evidence: EvidenceSet) -> Iterator[Finding]:
     to torchrun"); Python argparse.
     """
     yield from _forked_after_cuda(evidence)
+    yield from _lightning_launch(evidence)
     parsed = signals(evidence, *_ARGPARSE)
     deprecated = signals(evidence, "setup.launch_deprecated")
     exits = [
@@ -213,6 +217,44 @@ def _forked_after_cuda(evidence: EvidenceSet) -> Iterator[Finding]:
         confirm="the parent calls CUDA (a model moved to the GPU, torch.cuda.is_available() at"
         " import) before the launcher forks",
     )
+
+
+def _lightning_launch(evidence: EvidenceSet) -> Iterator[Finding]:
+    """Lightning reading the launch it runs under: Slurm's --ntasks without --ntasks-per-node
+    (it counts tasks per node), or a process that already has a local rank asked to start
+    processes of its own (a second launcher around Lightning's)."""
+    for name, title, fix in _LIGHTNING:
+        found = signals(evidence, name)
+        if found:
+            ranks = ranks_of(s for _, s in found)
+            yield Finding(
+                title=title,
+                summary=f"`{found[0][1].text.strip()[:200]}`",
+                ranks=ranks,
+                location=comm_view(evidence).location(ranks),
+                confidence=0.75,
+                evidence=ids(found)[:12],
+                fix=fix,
+                confirm="the launch command and the Trainer's devices/num_nodes/strategy, side by"
+                " side",
+            )
+
+
+_LIGHTNING = (
+    (
+        "lightning.slurm_ntasks",
+        "Slurm's --ntasks does not tell Lightning how many tasks run per node",
+        "Ask Slurm for tasks per node: --ntasks-per-node equal to Trainer(devices=...) and --nodes"
+        " equal to num_nodes (srun python train.py, one task per GPU).",
+    ),
+    (
+        "lightning.relaunch",
+        "Lightning was asked to launch processes from a process that already has a local rank",
+        "Let one launcher start the processes: run the script with plain python and let"
+        " Lightning launch them, or keep torchrun/srun and let Lightning detect it (its"
+        " environment variables unchanged: no LOCAL_RANK set by hand or by a wrapper script).",
+    ),
+)
 
 
 def _launchers_own(record: TracebackRecord) -> bool:

@@ -25,6 +25,10 @@ _KINDS = {
     "setup.rank_out_of_range": (0.8, "a rank number or group size is outside the world"),
     "setup.nccl_rank_count": (0.85, "NCCL's ranks disagree on the world size or a rank number"),
     "setup.world_sizes_differ": (0.75, "two layers of the launch count a different world size"),
+    "lightning.world_differs": (
+        0.85,
+        "Lightning's devices, num_nodes or parallel sizes disagree with the launch's world",
+    ),
     "setup.parallel_total_vs_processes": (
         0.85,
         "the parallelism sizes do not multiply to the number of processes",
@@ -139,7 +143,10 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     divisible by the pipeline-model-parallel size`, `output_size (4096) must be divisible by
     tp_size (3)`, a global batch against micro-batch x data-parallel size), accelerate's
     `the batch size (6) needs to be a round multiple of the number of processes (4)` (0.7)
-    and `ParallelismConfig total_size (8) does not match num_processes (4)` (0.85); a sharded checkpoint's
+    and `ParallelismConfig total_size (8) does not match num_processes (4)` (0.85);
+    Lightning's `You set devices=4 and num_nodes=2 in Lightning, but the product (4 * 2) does
+    not match the world size (4)` and its checks against Slurm's --ntasks-per-node and
+    --nodes (0.85); a sharded checkpoint's
     `Global world size at save time was 8, but at load time was 4` (0.8);
     weaker (0.5), processes that announce the same global rank (Lightning's `Initializing
     distributed: GLOBAL_RANK: 1, MEMBER: 2/8` twice) while fewer distinct ranks than the
