@@ -479,6 +479,19 @@ def test_more_local_ranks_than_gpus() -> None:
     assert "exceeds the 4 GPUs" in findings[0].title
 
 
+def test_local_rank_0_on_each_node_is_each_nodes_own_gpu() -> None:
+    """A job gathered from two nodes (merged collections): local rank 0 of node1 and of node2
+    are two GPUs; two ranks of one node with local rank 0 are one."""
+    nodes = [rank(r, world=16, host="node1" if r < 8 else "node2") for r in range(16)]
+    assert (
+        run_rules([host(gpus=[Gpu(index=i) for i in range(8)])] + nodes, "env.device_assignment")
+        == []
+    )
+    twice = nodes + [rank(16, world=16, host="node2", local_rank=0)]
+    findings = run_rules(twice, "env.device_assignment")
+    assert [(f.confidence, f.ranks) for f in findings] == [(0.75, [8, 16])]
+
+
 def test_one_gpu_per_rank_with_local_rank_indexing_is_a_weak_hint() -> None:
     evidence = [rank(r, variables={"CUDA_VISIBLE_DEVICES": str(r)}) for r in range(4)]
     findings = run_rules(evidence, "env.device_assignment")

@@ -22,8 +22,8 @@ def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
     """CUDA_VISIBLE_DEVICES and LOCAL_RANK do not give each local rank its own GPU.
 
     What it detects:
-    For the ranks of one job on this host, assuming the usual cuda:LOCAL_RANK: two ranks
-    that resolve to the same physical GPU (same LOCAL_RANK, or one CUDA_VISIBLE_DEVICES
+    For the ranks of one job, node by node, assuming the usual cuda:LOCAL_RANK: two ranks
+    of one node that resolve to the same physical GPU (same LOCAL_RANK, or one CUDA_VISIBLE_DEVICES
     value naming a single GPU for every rank); a LOCAL_RANK past the GPUs its
     CUDA_VISIBLE_DEVICES lists (or past the GPUs nvidia-smi shows); more local ranks
     than GPUs. Weaker: each rank sees exactly one GPU but has LOCAL_RANK > 0 (fine with
@@ -69,26 +69,31 @@ def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
 
 
 def _problems(job: list[Item], view: EnvironmentView) -> list[Problem]:
+    """A GPU is one host's: ranks of a job gathered from several nodes (merged collections)
+    share a device index only with the ranks of their own node, and this host's GPU count
+    bounds only its own ranks."""
     found: list[Problem] = []
-    host_gpus = len(view.host[1].gpus) if view.host and view.host[1].gpus is not None else None
-    physical: dict[str, list[Item]] = {}
+    here = view.host[1] if view.host else None
+    host_gpus = len(here.gpus) if here is not None and here.gpus is not None else None
+    physical: dict[tuple[str, str], list[Item]] = {}
     past: list[Item] = []
     single: list[Item] = []
     for e, f in job:
         visible = f.visible_devices()
         if f.local_rank is None:
             continue
+        gpus = host_gpus if here is not None and f.host == here.host else None
         if visible is None:
-            if host_gpus is not None and f.local_rank >= host_gpus:
+            if gpus is not None and f.local_rank >= gpus:
                 past.append((e, f))
             else:
-                physical.setdefault(str(f.local_rank), []).append((e, f))
+                physical.setdefault((f.host, str(f.local_rank)), []).append((e, f))
             continue
         if len(visible) == 1 and f.local_rank > 0:
             single.append((e, f))
-            physical.setdefault(visible[0], []).append((e, f))
+            physical.setdefault((f.host, visible[0]), []).append((e, f))
         elif f.local_rank < len(visible):
-            physical.setdefault(visible[f.local_rank], []).append((e, f))
+            physical.setdefault((f.host, visible[f.local_rank]), []).append((e, f))
         else:
             past.append((e, f))
     shared = {gpu: items for gpu, items in physical.items() if len(items) > 1}
@@ -108,7 +113,7 @@ def _problems(job: list[Item], view: EnvironmentView) -> list[Problem]:
             )
         )
     elif shared:
-        device, items = next(iter(shared.items()))
+        (_, device), items = next(iter(shared.items()))
         found.append((0.75, f"{who(f for _, f in items)} map to the same GPU {device}", items))
     if past:
         found.append(
@@ -129,7 +134,11 @@ def _problems(job: list[Item], view: EnvironmentView) -> list[Problem]:
                 single,
             )
         )
-    locals_ = [f.local_world_size for _, f in job if f.local_world_size]
+    locals_ = [
+        f.local_world_size
+        for _, f in job
+        if f.local_world_size and (here is None or f.host == here.host)
+    ]
     if host_gpus is not None and locals_ and max(locals_) > host_gpus:
         found.append(
             (
