@@ -285,3 +285,60 @@ def test_nccls_own_check_names_its_cause(tmp_path: Path, warn: str, cause: str, 
     report = analyze_files(tmp_path, {"rank0.log": f"node1:1234:1300 [0] {warn}"})
     top = report.hypotheses[0]
     assert top.cause_id == cause and words in top.title, top.title
+
+
+_DESYNC_HEAD = (
+    "[rank0]:[E1127 06:50:01.123456789 ProcessGroupNCCL.cpp:685] [Rank 0] Watchdog caught"
+    " collective operation timeout: WorkNCCL(SeqNum=6, OpType=ALLREDUCE, NumelIn=1024,"
+    " NumelOut=1024, Timeout(ms)=600000) ran for 600012 milliseconds before timing out.\n"
+    "\t - [0] Timeout at collective: ALLREDUCE, #6\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("report", "ranks", "confidence"),
+    [
+        (
+            "\t - To our best knowledge, the lagging/dead/mismatched ranks that caused the desync"
+            " are:\n\t     [1] finished collective #5, but didn't join collective #6 (count from"
+            " 1)\n",
+            [1],
+            0.8,
+        ),
+        (
+            "\t - To our best knowledge, ranks [2, 3] are the lagging ranks that caused this"
+            " timeout. They never joined any collectives\n",
+            [2, 3],
+            0.75,
+        ),
+    ],
+    ids=["finished-not-joined", "never-joined"],
+)
+def test_pytorchs_desync_report_names_the_ranks_that_never_joined(
+    tmp_path: Path, report: str, ranks: list[int], confidence: float
+) -> None:
+    """TORCH_NCCL_DESYNC_DEBUG's report, in the words of torch's TraceUtils.h (NCCL only: no
+    GPU here to record it); the timeout's own hypothesis no longer calls the rank unlogged."""
+    found = analyze_files(tmp_path, {"rank0.log": _DESYNC_HEAD + report}).hypotheses
+    top, timeout = found[0], next(h for h in found if h.cause_id == "hang.collective_timeout")
+    assert (top.cause_id, top.ranks, top.confidence) == (
+        "hang.rank_not_in_collective",
+        ranks,
+        confidence,
+    )
+    assert "desync report names" in timeout.title and "not in the logs" not in timeout.title
+
+
+def test_a_desync_named_rank_that_exited_is_left_to_its_exit(tmp_path: Path) -> None:
+    exited = (
+        "[rank1]: Traceback (most recent call last):\n"
+        '[rank1]:   File "/job/train.py", line 12, in <module>\n'
+        "[rank1]: FileNotFoundError: [Errno 2] No such file or directory: 'shard_7.bin'\n"
+    )
+    report = (
+        "\t - To our best knowledge, the lagging/dead/mismatched ranks that caused the desync"
+        " are:\n\t     [1] finished collective #5, but didn't join collective #6 (count from 1)\n"
+    )
+    files = {"rank0.log": _DESYNC_HEAD + report, "rank1.log": exited}
+    found = analyze_files(tmp_path, files).hypotheses
+    assert not [h for h in found if h.cause_id == "hang.rank_not_in_collective"]

@@ -100,6 +100,31 @@ signature(
     extract=_reporter,
 )
 
+
+def _rank_list(found: re.Match[str]) -> dict[str, Any]:
+    return {"ranks": [int(r) for r in re.findall(r"\d+", found["ranks"])]}
+
+
+# ProcessGroupNCCL's desync report (TORCH_NCCL_DESYNC_DEBUG=1, TraceUtils.h): from the
+# store's per-rank traces, the ranks that never started a collective, and those that
+# finished collective #N but did not join #N+1 while the reporter waits in it.
+signature(
+    "hang.desync_never_joined",
+    r"ranks \[(?P<ranks>[\d, ]+)\] are the lagging ranks that caused this timeout",
+    anchors="are the lagging ranks that caused this timeout",
+    summary="PyTorch's desync report: these ranks never joined any collective",
+    extract=_rank_list,
+)
+
+signature(
+    "hang.desync_lagging",
+    r"\[(?P<ranks>[\d, ]+)\] finished collective #(?P<seq>\d+), but didn't join collective"
+    r" #(?P<next>\d+)",
+    anchors="but didn't join collective #",
+    summary="PyTorch's desync report: these ranks finished one collective and never joined the next",
+    extract=lambda found: _rank_list(found) | {"seq": int(found["seq"])},
+)
+
 signature(
     "hang.watchdog_teardown",
     r"Some NCCL operations have failed or timed out",

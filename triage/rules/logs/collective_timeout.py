@@ -135,6 +135,10 @@ def collective_timeout(evidence: EvidenceSet) -> Iterator[Finding]:
             " Every rank that reports waits in the same collective: the stall is on a rank "
             "whose log is missing, or below Python (network, NCCL, a GPU)."
         )
+    named = sorted({r for _, s in signals(evidence, *_DESYNC) for r in s.fields.get("ranks", [])})
+    if named:  # the ranks the desync report names are in the logs, in its words
+        title = f"a collective timed out; PyTorch's desync report names {rank_label(named)}"
+        tail = ""
     inside = _every_member_inside(evidence)
     if inside:
         title, tail = "a collective timed out with every rank of its group inside it", inside
@@ -152,6 +156,9 @@ def collective_timeout(evidence: EvidenceSet) -> Iterator[Finding]:
             "stall), not one rank elsewhere"
         ),
     )
+
+
+_DESYNC = ("hang.desync_lagging", "hang.desync_never_joined")
 
 
 def _ranks(found: list[tuple[Evidence, LogSignal]]) -> list[int]:

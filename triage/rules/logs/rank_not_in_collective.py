@@ -12,7 +12,7 @@ from triage.readers.stacks import is_user_code
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._comm_view import TIMEOUT_TEXT
 from triage.rules.logs._hang_lines import HangLog, hang_log, short_path
-from triage.rules.logs._signals import collective_of, ranks_of, signals, tracebacks
+from triage.rules.logs._signals import collective_of, ids, ranks_of, signals, tracebacks
 from triage.text import rank_label, rank_subject
 
 # Code paths that typically run on one rank and issue collectives of their own.
@@ -41,7 +41,10 @@ def rank_not_in_collective(evidence: EvidenceSet) -> Iterator[Finding]:
     collective, its NCCL work counters stop one collective short with nothing in flight,
     or it logs but reports no timeout of its own (often only a closed connection later,
     when its peers were gone), or its only line is the launcher's report that its teardown
-    stopped it (SIGTERM) while the others timed out in one collective. Stacks inside
+    stopped it (SIGTERM) while the others timed out in one collective, or PyTorch's desync
+    report names it (TORCH_NCCL_DESYNC_DEBUG: `[1] finished collective #5, but didn't join
+    collective #6`, 0.8; `ranks [2, 3] are the lagging ranks that caused this timeout. They
+    never joined any collectives`, 0.75). Stacks inside
     transformers'/accelerate's main_process_first barrier (the main process runs the block
     alone) with their timeout, weaker cut short. A lone stack dump in checkpoint, save or
     evaluation code is a weaker hint of the classic rank-0-only call.
@@ -79,6 +82,7 @@ def rank_not_in_collective(evidence: EvidenceSet) -> Iterator[Finding]:
         *_quiet(evidence, view, dead),
         *_lone_dump(view),
         *_main_first(evidence, view, dead),
+        *_desync(evidence, dead),
     ]
     if not cases:
         return
@@ -301,6 +305,36 @@ def _main_first(evidence: EvidenceSet, view: HangLog, dead: set[int]) -> list[_C
             title="the main process ran main_process_first's block alone past the timeout",
         )
     ]
+
+
+def _desync(evidence: EvidenceSet, dead: set[int]) -> list[_Case]:
+    """PyTorch's desync report reads the ranks' traces in the store: the ranks it names did
+    not reach the collective the reporter times out in (finished the one before, or never
+    joined any). A named rank that exited is the exit's to explain."""
+    cases: list[_Case] = []
+    for name, confidence, how in (
+        ("hang.desync_lagging", 0.8, "finished the collective before and never joined it"),
+        ("hang.desync_never_joined", 0.75, "never joined any collective"),
+    ):
+        found = signals(evidence, name)
+        ranks = sorted({r for _, s in found for r in s.fields["ranks"]} - dead)
+        if not ranks:
+            continue
+        who = rank_label(ranks)
+        seq = next((s.fields["seq"] + 1 for _, s in found if s.fields.get("seq")), None)
+        at = f" (#{seq})" if seq else ""
+        cases.append(
+            _Case(
+                ranks=ranks,
+                confidence=confidence,
+                why=f"PyTorch's desync report (TORCH_NCCL_DESYNC_DEBUG), read from every rank's"
+                f" trace in the store: {who} {how}{at} the timed-out ranks wait in:"
+                f" `{found[0][1].text.strip()[:160]}`.",
+                evidence=ids(found),
+                title=f"{who} never joined the collective{at} the others time out in",
+            )
+        )
+    return cases
 
 
 def _raised_other_than_timeout(evidence: EvidenceSet) -> bool:
