@@ -122,16 +122,16 @@ def _gloo_sizes(evidence: EvidenceSet, view: HangLog) -> Iterator[Finding]:
         ),
         "",
     )
-    ranks = ranks_of(s for _, s in found)
+    receivers = ranks_of(s for _, s in found)  # where the check fired, not the odd rank
     yield Finding(
         title=f"the ranks passed different sizes to one gloo collective{sizes}",
         summary="gloo's receiving side got more bytes than its own collective holds, so the"
         " ranks were in collectives of different sizes: a tensor sized from the rank's data"
         " (a last batch, filtered samples, an object list of another length), or a different"
         " collective at that point. gloo does not say which rank's size is the odd one.",
-        ranks=ranks,
+        ranks=[],
         # the pair's check runs on gloo's thread; a peer's traceback holds the collective
-        location=view.location(ranks) or comm_view(evidence).location([]),
+        location=view.location(receivers) or comm_view(evidence).location([]),
         confidence=0.7,
         evidence=ids(found[:8]),
         fix="Give the collective the same shape and dtype on every rank: pad to a common size"
