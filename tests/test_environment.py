@@ -22,7 +22,15 @@ import pytest
 
 from triage.engine import follow
 from triage.models import Evidence, Finding
-from triage.observations import EnvironmentFacts, Gpu, IbPort, Interface, MasterCheck
+from triage.observations import (
+    EnvironmentFacts,
+    Gpu,
+    IbPort,
+    Interface,
+    MasterCheck,
+    RankActivity,
+    RankState,
+)
 from triage.playbooks import get_playbook
 from triage.readers.environment import select_interfaces
 from triage.registry import REGISTRY, RULES, EvidenceSet
@@ -490,6 +498,21 @@ def test_local_rank_0_on_each_node_is_each_nodes_own_gpu() -> None:
     twice = nodes + [rank(16, world=16, host="node2", local_rank=0)]
     findings = run_rules(twice, "env.device_assignment")
     assert [(f.confidence, f.ranks) for f in findings] == [(0.75, [8, 16])]
+
+
+def test_spawned_ranks_in_a_collective_are_not_missing_their_env_variables() -> None:
+    """mp.spawn's workers pass rank and world_size to init_process_group: MASTER_* without
+    RANK is their normal environment, and a rank standing in a collective proves the group
+    was initialised (live `triage hang` on the fault matrix's spawn jobs read it as
+    config.env_missing 0.6 above the hang)."""
+    spawned = [rank(r, variables={"RANK": "", "WORLD_SIZE": ""}) for r in range(4)]
+    assert [f.cause_id for f in run_rules(spawned, "env.env_missing")] == ["config.env_missing"]
+    waiting = RankState(pid=1000, rank=None, activity=RankActivity.collective, op="all_reduce")
+    stack = Evidence(
+        id="stack:1000", kind="stack", source="pid:1000", summary="all_reduce",
+        data=waiting.model_dump(),
+    )  # fmt: skip
+    assert run_rules([*spawned, stack], "env.env_missing") == []
 
 
 def test_one_gpu_per_rank_with_local_rank_indexing_is_a_weak_hint() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from triage.models import Finding
+from triage.observations import RankActivity, RankState
 from triage.readers.environment import Item, environment_view, odd_ones, ranks_of, spread, who
 from triage.registry import EvidenceSet, rule
 
@@ -36,16 +37,21 @@ def env_missing(evidence: EvidenceSet) -> Iterator[Finding]:
 
     Known false positives:
     Scripts that pass rank, world_size and init_method to init_process_group explicitly
-    need none of them.
+    need none of them (mp.spawn's workers): where a rank's stack already stands in a
+    collective, the process group was initialised and the partial set is not reported.
 
     References:
     torch.distributed docs, "Environment variable initialization".
     """
     view = environment_view(evidence)
     partial = []
+    initialised = any(
+        state.activity in (RankActivity.collective, RankActivity.p2p)
+        for _, state in evidence.payloads(RankState)
+    )
     for e, f in view.ranks:
         present = [n for n in REQUIRED if f.variables.get(n)]
-        if present and len(present) < len(REQUIRED):
+        if present and len(present) < len(REQUIRED) and not initialised:
             partial.append((e, f, [n for n in REQUIRED if n not in present]))
     if partial:
         missing = sorted({n for _, _, names in partial for n in names})
