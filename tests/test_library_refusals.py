@@ -144,6 +144,40 @@ def test_each_recorded_refusal_names_its_cause(name: str, cause: str, words: str
             "port 29500 is already in use",
         ),
         (
+            "AssertionError: num_heads (4) must be divisible by ulysses sequence size(3)",
+            "config.world_size_mismatch",
+            "over the ulysses sequence size",
+        ),
+        (
+            "ValueError: `global_batch_size` (10) is not divisible by `micro_batch_size (2) x"
+            " data_parallel_size (4)`",
+            "config.world_size_mismatch",
+            "global_batch_size (10) does not split evenly over the data_parallel_size",
+        ),
+        (
+            "ValueError: tensor_parallel_size (4) must divide world size (6) evenly.",
+            "config.world_size_mismatch",
+            "tensor_parallel_size does not divide the world size",
+        ),
+        (
+            "AssertionError: TP*CP*DP*PP=1*1*2*2=4 != WORLD_SIZE=8",
+            "config.world_size_mismatch",
+            "do not multiply to WORLD_SIZE",
+        ),
+        (
+            "RuntimeError: You can't specify a device index when using distributed training."
+            " Device specified is cuda:1 but local rank is:0",
+            "config.device_assignment",
+            "differs from the process's local rank",
+        ),
+        (
+            "RuntimeError: Attempting to use the same CUDA device for multiple distinct"
+            " roles/ranks within the same communicator. Ensure that trainer is using different"
+            " devices than vLLM server.",
+            "config.device_assignment",
+            "share one GPU",
+        ),
+        (
             "MisconfigurationException: You set `devices=4` in Lightning, but the number of tasks"
             " per node configured in SLURM `--ntasks-per-node=1` does not match. HINT: Set"
             " `devices=1`.",
@@ -185,6 +219,12 @@ def test_each_recorded_refusal_names_its_cause(name: str, cause: str, words: str
         "checkpoint-world",
         "megatron-layers",
         "tp-output-size",
+        "ulysses-heads",
+        "batch-not-divisible",
+        "tp-divides-world",
+        "nanotron-world",
+        "torchtune-device-index",
+        "trl-vllm-same-gpu",
         "lightning-slurm-tasks",
         "lightning-ntasks",
         "lightning-gpus",
@@ -213,6 +253,7 @@ def test_a_divisor_that_is_no_parallel_size_is_not_a_world_size_mismatch(tmp_pat
     text = (
         'Traceback (most recent call last):\n  File "/job/moe.py", line 5, in <module>\n'
         "AssertionError: The number of experts must be divisible by granularity for upcycling"
+        "\nAssertionError: Image size 4x4 is not divisible by tile size 4"
     )
     report = analyze_files(tmp_path, {"rank0.log": text})
     assert not [h for h in report.hypotheses if h.cause_id == "config.world_size_mismatch"]

@@ -52,3 +52,21 @@ signature(
     anchors=("FSDP only supports single device modules", "modules with different device types"),
     summary="FSDP was given a module whose parameters sit on more than one device",
 )
+
+# torchtune's check of a configured device against the local rank under a launcher.
+signature(
+    "setup.device_index_vs_local_rank",
+    r"You can't specify a device index when using distributed training\. Device specified is"
+    r" (?P<device>\S+) but local rank is:? ?(?P<local_rank>\d+)",
+    anchors="You can't specify a device index when using distributed training",
+    summary="a configured device index differs from the process's local rank",
+)
+
+# TRL's vLLM weight-sync communicator: the trainer and the vLLM server share a GPU.
+signature(
+    "setup.device_shared_by_roles",
+    r"Attempting to use the same CUDA device (?:\(UUID: [^)]*\) )?for multiple distinct"
+    r" roles/ranks within the same communicator",
+    anchors="for multiple distinct roles/ranks within the same communicator",
+    summary="two ranks of one communicator (a trainer and a vLLM server) share one GPU",
+)

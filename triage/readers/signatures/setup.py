@@ -444,8 +444,9 @@ signature(
 
 signature(
     "setup.parallel_dims",
-    r"!= WORLD_SIZE\((?P<world_size>\d+)\)",
-    anchors="!= WORLD_SIZE(",
+    # torchtitan's `... != WORLD_SIZE(8)`, nanotron's `TP*CP*DP*PP=1*1*2*2=4 != WORLD_SIZE=8`
+    r"!= WORLD_SIZE[(=](?P<world_size>\d+)",
+    anchors=("!= WORLD_SIZE(", "!= WORLD_SIZE="),
     summary="the product of the parallel dimensions (dp, tp, pp, cp) differs from WORLD_SIZE",
 )
 

@@ -41,7 +41,10 @@ signature(
 #: `pipeline-model-parallel size`, `data_parallel_size`, `tp_size`, `cp_size`, `world_size`.
 _PARALLEL_SIZE = (
     r"(?:(?:tensor|pipeline|expert|context|sequence|data|model)[ _-](?:model[ _-])?parallel"
-    r"(?:[ _-](?:size|degree|world[ _]size))?|(?:[tpcde]p|mp)[ _]?size|world[ _]?size)"
+    r"(?:[ _-](?:size|degree|world[ _]size))?|(?:[tpcdes]p|mp|fsdp)[ _]?size|world[ _]?size"
+    r"|ulysses[\w ]{0,24}?size|process group size"
+    # a bare abbreviation with its number: `divisible by tp (4)`, `by sp=2`
+    r"|(?:[tpcdes]p)(?=\s*[(=]?\s*\d))"
 )
 
 # Megatron's, vLLM's and the model libraries' checks that a quantity of the model or the
@@ -51,9 +54,12 @@ _PARALLEL_SIZE = (
 # data_parallel_size (3)`).
 signature(
     "setup.not_divisible_by_parallel_size",
-    r"(?i)(?P<what>[\w.()= ]{0,60}?)\s(?:must|should)\s+be\s+(?:evenly\s+)?divisible\s*"
-    r"(?:by\s*)?(?P<by>[^\n]{0,60}?\b(?P<size>" + _PARALLEL_SIZE + r")\b[^\n]{0,30})",
-    anchors=("divisible",),
+    r"(?i)(?P<what>[\w.()=` ]{0,60}?)\s(?:(?:must|should)\s+be|is\s+not)\s+(?:evenly\s+)?"
+    r"divisible\s*(?:by\s*)?(?P<by>[^\n]{0,60}?\b(?P<size>" + _PARALLEL_SIZE + r")\b[^\n]{0,30})"
+    # TRL's `tensor_parallel_size (4) must divide world size (6) evenly`
+    r"|(?P<divisor>\w*parallel_size|\w*[tpcde]p_size)\s*(?:\(\d+\))?\s+must\s+divide\s+"
+    r"(?:the\s+)?world[ _]size",
+    anchors=("divisible", "must divide"),
     summary="a quantity of the model or the batch does not split evenly over a parallel size",
 )
 

@@ -38,6 +38,21 @@ _FIX_MIXED = (
 #: Findings whose wording the signature alone decides: (signature, confidence, what, fix).
 _WORDED = (
     (
+        "setup.device_index_vs_local_rank",
+        0.75,
+        "a configured device index differs from the process's local rank",
+        "Leave the device index out under a launcher (device: cuda, and each process takes"
+        " cuda:LOCAL_RANK), or pick GPUs with CUDA_VISIBLE_DEVICES instead of an index in the"
+        " config.",
+    ),
+    (
+        "setup.device_shared_by_roles",
+        0.8,
+        "two ranks of one communicator (the trainer and the vLLM server) share one GPU",
+        "Give the vLLM server and the trainer different GPUs: CUDA_VISIBLE_DEVICES for each"
+        " (e.g. 0-6 for training under accelerate --num_processes 7, 7 for `trl vllm-serve`).",
+    ),
+    (
         "lightning.gpus_missing",
         0.75,
         "Lightning was asked for more GPUs than the process sees",
@@ -190,6 +205,9 @@ def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
     exceeds available GPUs in CUDA_VISIBLE_DEVICES=0`, torch.cuda's `device 3 is not visible
     (CUDA_VISIBLE_DEVICES=[0, 1])`); FSDP's `FSDP only supports single device modules but got
     params on {...}` (0.7: part of the module was moved to the GPU before wrapping);
+    torchtune's `You can't specify a device index when using distributed training` (0.75);
+    TRL's `Attempting to use the same CUDA device for multiple distinct roles/ranks within the
+    same communicator` (0.8: trainer and vLLM server on one GPU);
     Lightning's `You requested to find 8 devices but this machine only has 4 GPUs` (0.75),
     `The devices [0] are occupied by other processes` (0.7) and its DeepSpeed strategy's
     `The selected device indices [2, 3] don't match the local rank values` (0.75);

@@ -261,9 +261,12 @@ def _parallel_size_fits(evidence: EvidenceSet, named: bool) -> list[Found]:
     items = [] if named else signals(evidence, "setup.not_divisible_by_parallel_size")
     if items:
         fields = items[0][1].fields
-        subject = fields["what"].strip(" :=")
-        subject = subject if re.search(r"[A-Za-z]", subject) else "a quantity of the model"
-        what = f"{subject} does not split evenly over the {fields['size']}"
+        if fields.get("divisor"):
+            what = f"the {fields['divisor']} does not divide the world size"
+        else:
+            subject = fields["what"].replace("`", "").strip(" :=")
+            subject = subject if re.search(r"[A-Za-z]", subject) else "a quantity of the model"
+            what = f"{subject} does not split evenly over the {fields['size']}"
         found.append((0.7, what, items, _FIX_DIVIDES))
     batch = signals(evidence, "setup.batch_not_multiple_of_processes")
     if batch:
