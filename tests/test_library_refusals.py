@@ -269,6 +269,13 @@ def test_a_divisor_that_is_no_parallel_size_is_not_a_world_size_mismatch(tmp_pat
             "different NCCL releases",
         ),
         (
+            "transport/net_ib/connect.cc:612 NCCL WARN NET/IB : Attempted to connect"
+            " incompatible devices  [0]mlx5_0:1/IB and [0]mlx5_2:1/RoCE. Try selecting NICs of"
+            " only one link type using NCCL_IB_HCA",
+            "comm.infiniband",
+            "InfiniBand transport reported a failure (Attempted to connect incompatible",
+        ),
+        (
             "include/alloc.h:418 NCCL WARN CUMEM not supported prior to CUDA 11.3",
             "comm.version_mismatch",
             "newer CUDA driver",
@@ -313,6 +320,7 @@ def test_a_divisor_that_is_no_parallel_size_is_not_a_world_size_mismatch(tmp_pat
     ],
     ids=[
         "versions",
+        "ib-other-warn",
         "cuda-too-old",
         "socket-no-interface",
         "bootstrap-nranks",
@@ -383,3 +391,9 @@ def test_a_desync_named_rank_that_exited_is_left_to_its_exit(tmp_path: Path) -> 
     files = {"rank0.log": _DESYNC_HEAD + report, "rank1.log": exited}
     found = analyze_files(tmp_path, files).hypotheses
     assert not [h for h in found if h.cause_id == "hang.rank_not_in_collective"]
+
+
+def test_nccl_warning_of_no_infiniband_device_is_no_infiniband_fault(tmp_path: Path) -> None:
+    text = "node1:1234:1300 [0] transport/net_ib/init.cc:200 NCCL WARN NET/IB : No device found."
+    report = analyze_files(tmp_path, {"rank0.log": text})
+    assert not [h for h in report.hypotheses if h.cause_id == "comm.infiniband"]

@@ -90,3 +90,14 @@ signature(
     anchors="RLIMIT_MEMLOCK",
     summary="the locked-memory ulimit is too low for RDMA memory registration",
 )
+
+# Any WARN of NCCL's InfiniBand transport (`NCCL WARN NET/IB : ...`): the device, a queue
+# pair, its resiliency path, RoCE's setup. The specific ones above name the fault; this one
+# says only that it is in the InfiniBand transport. NCCL prints the absence of a device as
+# INFO, but some builds warn it: that is not a failure.
+signature(
+    "nccl.ib_warn",
+    r"NCCL WARN NET/IB(?:/\w+)?(?!\s*:?\s*No device found)\s*:?\s*(?P<what>\S.*)",
+    anchors="NCCL WARN NET/IB",
+    summary="NCCL's InfiniBand transport warned of a failure",
+)

@@ -45,6 +45,8 @@ def infiniband(evidence: EvidenceSet) -> Iterator[Finding]:
     """An InfiniBand/RoCE verbs call, completion or port failed under NCCL.
 
     What it detects:
+    any other `NCCL WARN NET/IB : ...` when nothing more specific reads (0.5: the fault is in
+    the InfiniBand transport; `No device found` is not a failure);
     NCCL's `Detected mixed local Net device counts across ranks (min 0, max 8)` (0.7: some
     node's NICs are missing, down or hidden from its container: InfiniBand on some nodes
     only); `Call to ibv_reg_mr/ibv_create_qp/ibv_modify_qp failed ...`, `NET/IB : Got completion
@@ -177,6 +179,12 @@ def _findings(view: CommView) -> list[Found]:
                 ofi,
                 _OFI_FIX,
             )
+        )
+    warned = view.of("nccl.ib_warn")
+    if warned and not found:
+        what = str(warned[0][1].fields["what"]).strip()[:120]
+        found.append(
+            (0.5, f"NCCL's InfiniBand transport reported a failure ({what})", warned, _QP_FIX)
         )
     if view.multi_host and view.stalled_in_setup() and view.uses_ib():
         found.append(
