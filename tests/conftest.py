@@ -46,6 +46,18 @@ requires_torch = pytest.mark.skipif(
 )
 
 
+def analyze_cli(*paths: Path) -> dict[str, Any]:
+    """`triage analyze PATH... --json` through the CLI in-process: the report a user gets."""
+    from typer.testing import CliRunner
+
+    from triage.cli import app
+
+    result = CliRunner().invoke(app, ["analyze", *map(str, paths), "--json"])
+    assert result.exit_code == 0, result.output
+    report: dict[str, Any] = json.loads(result.stdout)
+    return report
+
+
 def analyze_files(tmp_path: Path, files: dict[str, str], symptom: str | None = None) -> Report:
     """Write the logs and triage them in-process, as `triage analyze [--symptom]` does."""
     for name, text in files.items():

@@ -7,31 +7,20 @@ FSDP's device checks, DTensor's shape helpers, ShardedTensor's load check) or NC
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
-from tests.conftest import REPO, analyze_files
-from triage.cli import app
+from tests.conftest import REPO, analyze_cli, analyze_files
 
 CPU = REPO / "tests" / "fixtures" / "cpu"
-
-
-def analyze(path: Path) -> dict[str, Any]:
-    result = CliRunner().invoke(app, ["analyze", str(path), "--json"])
-    assert result.exit_code == 0, result.output
-    report: dict[str, Any] = json.loads(result.stdout)
-    return report
 
 
 @pytest.mark.parametrize("case", ["all_reduce", "object_list"])
 def test_gloo_receiving_another_size_is_a_shape_mismatch_not_the_aborting_rank(case: str) -> None:
     """Rank 0 aborts on gloo's check and rank 1 sees the reset: the abort is the message, not
     a crash of rank 0's own making."""
-    top, *rest = analyze(CPU / f"gloo_sizes_{case}.log")["hypotheses"]
+    top, *rest = analyze_cli(CPU / f"gloo_sizes_{case}.log")["hypotheses"]
     assert (top["cause_id"], top["confidence"]) == ("hang.shape_mismatch", 0.7)
     assert "bytes arrived" in top["title"] and "does not say which rank" in top["summary"]
     assert top["location"]["file"].endswith("gloo_sizes.py")
@@ -40,13 +29,13 @@ def test_gloo_receiving_another_size_is_a_shape_mismatch_not_the_aborting_rank(c
 
 def test_a_launchers_own_traceback_is_not_the_users_line() -> None:
     """torchrun's ChildFailedError traceback starts in bin/torchrun: no user code there."""
-    top = analyze(CPU / "virtual_local_rank.log")["hypotheses"][0]
+    top = analyze_cli(CPU / "virtual_local_rank.log")["hypotheses"][0]
     assert top["cause_id"] == "config.device_assignment" and top["confidence"] == 0.8
     assert top["location"] is None
 
 
 def test_accelerates_shape_report_names_the_process_off_the_majority() -> None:
-    top = analyze(CPU / "accelerate_shapes.log")["hypotheses"][0]
+    top = analyze_cli(CPU / "accelerate_shapes.log")["hypotheses"][0]
     assert (top["cause_id"], top["ranks"], top["confidence"]) == ("hang.shape_mismatch", [2], 0.8)
     assert "process 2: [9, 5]" in top["summary"] and top["location"]["line"] == 12
 
@@ -75,7 +64,7 @@ def test_with_no_majority_shape_no_process_is_blamed(tmp_path: Path) -> None:
     ],
 )
 def test_each_recorded_refusal_names_its_cause(name: str, cause: str, words: str) -> None:
-    top = analyze(CPU / name)["hypotheses"][0]
+    top = analyze_cli(CPU / name)["hypotheses"][0]
     assert top["cause_id"] == cause and words in top["title"]
     assert top["location"]["file"].endswith(
         ("cpu_misuse.py", "accelerate_setup.py", "lightning_devices.py")
