@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from triage.models import Finding, Location
 from triage.observations import LogSignal, TracebackRecord
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._comm_view import comm_view
+from triage.rules.logs._comm_view import comm_view, quoted_finding
 from triage.rules.logs._signals import Signal, ids, ranks_of, signals, tracebacks
 from triage.text import rank_label
 
@@ -226,18 +226,15 @@ def _lightning_launch(evidence: EvidenceSet) -> Iterator[Finding]:
     for name, title, fix in _LIGHTNING:
         found = signals(evidence, name)
         if found:
-            ranks = ranks_of(s for _, s in found)
-            yield Finding(
-                title=title,
-                summary=f"`{found[0][1].text.strip()[:200]}`",
-                ranks=ranks,
-                location=comm_view(evidence).location(ranks),
-                confidence=0.75,
-                evidence=ids(found)[:12],
-                fix=fix,
-                confirm="the launch command and the Trainer's devices/num_nodes/strategy, side by"
-                " side",
+            yield quoted_finding(
+                evidence,
+                [(0.75, title, found, fix)],
+                _LIGHTNING_TEXT,
+                "the launch command and the Trainer's devices/num_nodes/strategy, side by side",
             )
+
+
+_LIGHTNING_TEXT = re.compile(r"Lightning|SLURM|local_rank")
 
 
 _LIGHTNING = (
