@@ -134,6 +134,7 @@ def _dies(how: str, blind: frozenset[str] = frozenset()) -> Fault:
 FAULT_TYPES: tuple[Fault, ...] = (
     Fault("skip_collective", "skip_collective.py", "hang.mismatched_collective"),
     Fault("extra_collective", "extra_collective.py", "hang.mismatched_collective"),
+    Fault("data_dependent", "data_dependent.py", "hang.mismatched_collective"),
     Fault("different_op", "different_op.py", "hang.mismatched_collective"),
     Fault("shape_mismatch", "shape_mismatch.py", "hang.shape_mismatch"),
     Fault("sleep", "sleep_rank.py", "hang.rank_not_in_collective", blind=_SILENT, stays=True),
