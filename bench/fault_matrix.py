@@ -237,9 +237,10 @@ PLACEMENTS: tuple[tuple[str, int, str], ...] = (
     ("spawn", 4, "middle"),
 )
 
-#: The CI slice (tests/test_fault_matrix_slice.py): job id -> ways. Two-rank jobs and only
-#: ways that triage gets fully right today (cause, ranks, line), so that a miss in the
-#: slice is a regression; about a minute with two jobs at a time.
+#: The CI slice (tests/test_fault_matrix_slice.py): job id -> ways. Two-rank jobs (and a
+#: 2-D mesh, which needs four) and only ways that triage gets fully right today (cause,
+#: ranks, line), so that a miss in the slice is a regression; about a minute with two
+#: jobs at a time.
 SLICE: dict[str, tuple[str, ...]] = {
     "extra_collective/plain/w2/r1": ("live", "fr", "logs"),
     "sleep/plain/w2/r1": ("live", "fr"),
@@ -247,6 +248,7 @@ SLICE: dict[str, tuple[str, ...]] = {
     "uneven_data/plain/w2/r1": ("live", "fr"),
     "lazy_group/torchrun/w2/r0": ("live",),
     "dies_exception/plain/w2/r1": ("logs",),
+    "mesh_dim/plain/w4/r0": ("fr",),
 }
 
 

@@ -197,6 +197,32 @@ def test_each_recorded_refusal_names_its_cause(name: str, cause: str, words: str
             "config.world_size_mismatch",
             "do not multiply to the number of processes",
         ),
+        (
+            "AssertionError: Tensor parallel world size must divide num heads.",
+            "config.world_size_mismatch",
+            "Tensor parallel world size does not divide the num heads",
+        ),
+        (
+            "ValueError: num_heads (28) must be divisible by attn_tp_size (8)",
+            "config.world_size_mismatch",
+            "does not split evenly over the attn_tp_size",
+        ),
+        (
+            "ValueError: packed seq_len 4097 not divisible by the combined sequence-parallel"
+            " world size 8 (ulysses=4 x ring=2)",
+            "config.world_size_mismatch",
+            "does not split evenly over the sequence-parallel world size",
+        ),
+        (
+            "ValueError: num_gpus (6) must equal tp_size * ulysses_degree * ring_degree (4)",
+            "config.world_size_mismatch",
+            "do not multiply to the job's GPU count",
+        ),
+        (
+            "AssertionError: tp_size * pp_size (8) must be equal to the world size (4)",
+            "config.world_size_mismatch",
+            "do not multiply to the job's GPU count",
+        ),
     ],
     ids=[
         "nccl-dtype",
@@ -220,6 +246,11 @@ def test_each_recorded_refusal_names_its_cause(name: str, cause: str, words: str
         "lightning-relaunch",
         "accelerate-port",
         "accelerate-parallelism",
+        "tp-divides-heads",
+        "attn-tp-heads",
+        "sequence-parallel-length",
+        "gpus-vs-product",
+        "product-vs-world",
     ],
 )
 def test_the_refusal_names_its_cause(tmp_path: Path, line: str, cause: str, words: str) -> None:
@@ -243,6 +274,7 @@ def test_a_divisor_that_is_no_parallel_size_is_not_a_world_size_mismatch(tmp_pat
         'Traceback (most recent call last):\n  File "/job/moe.py", line 5, in <module>\n'
         "AssertionError: The number of experts must be divisible by granularity for upcycling"
         "\nAssertionError: Image size 4x4 is not divisible by tile size 4"
+        "\nValueError: batch_size must equal micro_batch_size * grad_accum"
     )
     report = analyze_files(tmp_path, {"rank0.log": text})
     assert not [h for h in report.hypotheses if h.cause_id == "config.world_size_mismatch"]

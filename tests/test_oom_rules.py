@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import triage_cli
+from tests.conftest import analyze_files, triage_cli
 from triage.engine import follow
 from triage.models import Finding, Report
 from triage.playbooks import get_playbook
@@ -421,6 +421,19 @@ def test_dataloader_worker_killed(tmp_path: Path) -> None:
         " all other processes to avoid zombies 🧟\n",
         "worker 3 exited with exit code -9\n",
         "Process 4002 was killed by signal 9\n",
+        # the memory limits a scheduler, the kernel or the kubelet enforce, in their words
+        "slurmstepd: error: Job 4123 exceeded memory limit (52428800 > 51200000), being killed\n",
+        "slurmstepd: error: Exceeded step memory limit at some point.\n",
+        "slurmstepd: error: Some of your processes may have been killed by the cgroup"
+        " out-of-memory handler.\n",
+        "[812345.678901] oom_reaper: reaped process 4242 (python), now anon-rss:0kB,"
+        " file-rss:0kB, shmem-rss:0kB\n",
+        "Message: The node was low on resource: memory. Container trainer was using 61234567Ki,"
+        " which exceeds its request of 32Gi.\n",
+        "Memory on the node (IP: 10.0.0.1, ID: 5c1f) where the task (actor ID: 8a2b, name="
+        "Worker.__init__, pid=4242, memory used=61.2GB) was running was 240.10GB / 251.60GB"
+        " (0.954), which exceeds the memory usage threshold of 0.95. Ray killed this worker\n",
+        "trainer-0  Exited (137) 3 minutes ago\n",
     ],
 )
 def test_host_allocation_failures(tmp_path: Path, line: str) -> None:
@@ -441,6 +454,26 @@ def test_a_gpu_oom_without_numbers_is_a_weak_capacity_guess(tmp_path: Path) -> N
     )
     verdict = top(run_oom(tmp_path, {"nccl.log": text}))
     assert verdict.cause_id == "oom.capacity" and verdict.confidence < 0.5
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "ValueError: No available memory for the cache blocks. Try increasing"
+        " `gpu_memory_utilization` when initializing the engine.",
+        "ValueError: The model's max seq len (32768) is larger than the maximum number of tokens"
+        " that can be stored in KV cache (12288). Try increasing `gpu_memory_utilization` or"
+        " decreasing `max_model_len` when initializing the engine.",
+        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
+    ],
+)
+def test_an_inference_engine_without_room_for_its_kv_cache(tmp_path: Path, line: str) -> None:
+    """vLLM and SGLang size their KV cache from a share of the GPU: no room left is the
+    working set not fitting, with the engine's own knobs as the fix."""
+    text = f'Traceback (most recent call last):\n  File "/job/rollout.py", line 7, in <module>\n{line}\n'
+    verdict = top(analyze_files(tmp_path, {"rollout.log": text}))
+    assert (verdict.cause_id, verdict.confidence) == ("oom.capacity", 0.6)
+    assert "KV cache" in verdict.title and "gpu_memory_utilization" in verdict.fix
 
 
 def test_no_oom_in_the_logs_falls_back_to_unknown(tmp_path: Path) -> None:

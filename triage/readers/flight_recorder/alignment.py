@@ -267,6 +267,12 @@ def _roots(points: list[StuckPoint]) -> None:
         name = label.rpartition(":")[0]
         return by_key.get(label) or by_group.get(name)
 
+    def reach(point: StuckPoint) -> int:
+        """The largest group its outliers wait in: of two subgroups stuck on each other, the
+        one whose absent members moved on to a wider collective (a final barrier) is where
+        they skipped; the other's absent members are stuck in it."""
+        return max((len(t.group.members) for w in point.waits_on if (t := target(w))), default=0)
+
     own = ("other_op", "other_shape", "idle", "no_dump", "lagging", "behind", "no_group")
     for point in points:
         point.root = any(point.side(s) for s in own) or not point.waits_on
@@ -282,7 +288,9 @@ def _roots(points: list[StuckPoint]) -> None:
             if nxt is None or nxt in seen:
                 if nxt is not None:  # a cycle: its smallest group is where members split
                     cycle = seen[seen.index(nxt) :]
-                    smallest = min(cycle, key=lambda p: (len(p.group.members), p.group.name))
+                    smallest = min(
+                        cycle, key=lambda p: (len(p.group.members), -reach(p), p.group.name)
+                    )
                     smallest.root = True
                 break
             seen.append(nxt)

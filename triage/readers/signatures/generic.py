@@ -60,6 +60,7 @@ signature(
 signature(
     "generic.out_of_memory",
     r"[Oo]ut of memory|OutOfMemory|OUT_OF_MEMORY|oom-kill|STATUS_ALLOC_FAILED|"
+    r"[Nn]ot enough (?:(?:CPU|GPU|host|device|system) )?memory|"
     r"terminated with signal (?:Signals\.)?SIGKILL|exitcode\s*:\s*-9\b",
     anchors=(
         "ut of memory",
@@ -67,6 +68,12 @@ signature(
         "OUT_OF_MEMORY",
         "oom-kill",
         "STATUS_ALLOC_FAILED",
+        "ot enough memory",
+        "ot enough CPU memory",
+        "ot enough GPU memory",
+        "ot enough host memory",
+        "ot enough device memory",
+        "ot enough system memory",
         "terminated with signal",
         "exitcode",
     ),

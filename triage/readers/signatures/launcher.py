@@ -88,3 +88,41 @@ signature(
     anchors=("closing signal SIG", "Killing subprocess"),
     summary="the launcher stops the remaining workers after one exited",
 )
+
+# --- the scheduler's and MPI's own refusals of a launch ---------------------------------
+
+# srun cannot start the job step inside its allocation: it asks for more tasks, CPUs, GPUs
+# or memory than the job holds (`Unable to create step for job 4123: More processors
+# requested than permitted`), or the resources are held by another step of the job, and it
+# waits for them (`Job 4123 step creation temporarily disabled, retrying (Requested nodes
+# are busy)`, then `still disabled`): a second srun inside a script srun started. Busy
+# clusters print the wait too, then `Step created for StepId=4123.1`.
+signature(
+    "slurm.step_refused",
+    r"Unable to create step for job (?P<job>\d+): (?P<reason>.+)",
+    anchors="Unable to create step for job",
+    summary="srun could not start the job step within the job's allocation",
+)
+
+signature(
+    "slurm.step_waiting",
+    r"[Ss]tep creation (?:temporarily|still) disabled, retrying(?: \((?P<reason>[^)]*)\))?",
+    anchors=("tep creation temporarily disabled", "tep creation still disabled"),
+    summary="srun waits for resources another step of the job holds",
+)
+
+# ... and srun got its step after all (it says so only after waiting).
+signature(
+    "slurm.step_created",
+    r"Step created for StepId=(?P<step>\S+)",
+    anchors="Step created for StepId=",
+    summary="srun created its job step after waiting for resources",
+)
+
+# Open MPI's mpirun asked for more processes than its hosts offer slots.
+signature(
+    "mpi.not_enough_slots",
+    r"There are not enough slots available in the system to satisfy the (?P<slots>\d+)",
+    anchors="not enough slots available in the system",
+    summary="mpirun: more processes requested than the hosts offer slots",
+)

@@ -199,6 +199,23 @@ signature(
     extract=_bytes_field("requested"),
 )
 
+# An inference engine (vLLM, SGLang; the rollout engines of RL trainers) sizes its KV cache
+# from a share of the GPU (gpu_memory_utilization, --mem-fraction-static) after loading the
+# weights, and refuses to start when nothing or too little is left: the model, the engine's
+# budget and what else holds the GPU do not fit together.
+signature(
+    "memory.kv_cache_budget",
+    r"No available memory for the cache blocks|"
+    r"maximum number of tokens that can be stored in KV cache|"
+    r"Not enough memory\. Please try to increase --mem-fraction-static",
+    anchors=(
+        "No available memory for the cache blocks",
+        "can be stored in KV cache",
+        "increase --mem-fraction-static",
+    ),
+    summary="an inference engine found no GPU memory left for its KV cache within its budget",
+)
+
 signature(
     "memory.gpu_process_usage",
     rf"Process (?P<process_pid>\d+) has (?P<used>{SIZE}) memory in use",
@@ -228,6 +245,29 @@ signature(
     summary="Slurm saw the cgroup OOM killer kill processes of the job step",
 )
 
+# A memory limit the scheduler or the kernel enforces, in its own words: Slurm's
+# `Job 4123 exceeded memory limit (52428800 > 51200000), being killed` and `Exceeded job
+# memory limit` (jobacct polling) or `killed by the cgroup out-of-memory handler` (cgroup
+# enforcement), the kernel's `oom_reaper: reaped process`, the kubelet evicting a pod
+# (`The node was low on resource: memory`), Ray's memory monitor (`which exceeds the memory
+# usage threshold`).
+signature(
+    "memory.limit_kill",
+    r"exceeded (?:job |step )?memory limit|Exceeded (?:job|step) memory limit|"
+    r"killed by the cgroup out-of-memory handler|oom_reaper: reaped process|"
+    r"low on resource: memory|exceeds the memory usage threshold",
+    anchors=(
+        "xceeded memory limit",
+        "xceeded job memory limit",
+        "xceeded step memory limit",
+        "cgroup out-of-memory handler",
+        "oom_reaper: reaped process",
+        "low on resource: memory",
+        "memory usage threshold",
+    ),
+    summary="a scheduler, the kernel or the kubelet killed processes over a memory limit",
+)
+
 signature(
     "memory.container_oom",
     r"\bOOMKilled\b",
@@ -237,8 +277,16 @@ signature(
 
 signature(
     "memory.exit_137",
-    r"\bexit(?:ed)?(?: with)?[ _](?:code|status)[:=]? ?137\b",
-    anchors=("code 137", "code: 137", "code=137", "status 137", "status: 137", "status=137"),
+    r"\bexit(?:ed)?(?: with)?[ _](?:code|status)[:=]? ?137\b|\bExited \(137\)",
+    anchors=(
+        "code 137",
+        "code: 137",
+        "code=137",
+        "status 137",
+        "status: 137",
+        "status=137",
+        "Exited (137)",
+    ),
     summary="a process exited with 137 (128 + SIGKILL): usually a memory limit",
 )
 
@@ -332,10 +380,12 @@ CUDA_OOM_SIGNALS = (
     "memory.cuda_error_oom",
     "memory.library_alloc_failed",
     "memory.nccl_cuda_oom",
+    "memory.kv_cache_budget",
 )
 HOST_OOM_SIGNALS = (
     "memory.oom_killer",
     "memory.slurm_oom_kill",
+    "memory.limit_kill",
     "memory.container_oom",
     "memory.exit_137",
     "memory.exit_sigkill",

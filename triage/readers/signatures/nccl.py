@@ -485,11 +485,54 @@ signature(
     summary="torch reports the NVIDIA driver too old for its CUDA build",
 )
 
+# The CUDA stack below torch does not fit the GPU or the driver, in CUDA's and torch's words:
+# kernels not built for this GPU (`no kernel image is available`, torch's `with CUDA
+# capability sm_120 is not compatible with the current PyTorch installation`), code compiled
+# by a newer toolkit than the driver supports (`the provided PTX was compiled with an
+# unsupported toolchain`), a user-mode driver that differs from the kernel module (Error
+# 803, common in containers) or forward compatibility on a GPU without it (Error 804), a
+# cuDNN other than the one torch was built against. NCCL's own `Cuda failure 'no kernel
+# image ...'` is nccl.cuda_arch_missing.
+signature(
+    "cuda.build_mismatch",
+    r"(?P<what>(?P<arch>no kernel image is available for execution on the device"
+    r"|with CUDA capability sm_\w+ is not compatible with the current PyTorch installation)"
+    r"|(?P<driver>the provided PTX was compiled with an unsupported toolchain"
+    r"|unsupported display driver / cuda driver combination"
+    r"|forward compatibility was attempted on non supported HW)"
+    r"|cuDNN version incompatibility: PyTorch was compiled\s+against \([\d, ]+\) but found "
+    r"runtime version \([\d, ]+\))",
+    anchors=(
+        "no kernel image is available",
+        "is not compatible with the current PyTorch installation",
+        "PTX was compiled with an unsupported toolchain",
+        "unsupported display driver / cuda driver combination",
+        "forward compatibility was attempted",
+        "cuDNN version incompatibility",
+    ),
+    summary="the CUDA build does not fit this GPU or driver (architecture, toolkit, driver, cuDNN)",
+    extract=lambda found: {
+        "what": found["what"],
+        "kind": "arch" if found["arch"] else "driver" if found["driver"] else "library",
+    },
+)
+
+# The dynamic loader cannot find a CUDA library the build links against: an install whose
+# CUDA wheels (nvidia-*-cu12) are missing or of another CUDA major, or an LD_LIBRARY_PATH
+# that no longer holds them.
+signature(
+    "cuda.library_missing",
+    r"(?P<library>lib(?:nccl|cudart|cublas\w*|cudnn\w*|cuda|nvrtc\w*|cusparse\w*|cufft\w*"
+    r"|curand|cusolver\w*|nvJitLink|nvToolsExt)\.so[.\d]*): cannot open shared object file",
+    anchors="cannot open shared object file",
+    summary="a CUDA library the build needs is not where the loader looks",
+)
+
 signature(
     "nccl.cuda_arch_missing",
-    r"NCCL WARN Cuda failure (?:\d+ )?'(?P<reason>named symbol not found|no kernel image is "
-    r"available for execution on the device|device kernel image is invalid)'?",
-    anchors="NCCL WARN Cuda failure",
+    r"(?:NCCL WARN |^\s*)Cuda failure (?:\d+ )?'(?P<reason>named symbol not found"
+    r"|no kernel image is available for execution on the device|device kernel image is invalid)",
+    anchors=("NCCL WARN Cuda failure", "Cuda failure"),
     summary="NCCL's kernels were not built for this GPU's architecture (an NCCL or torch "
     "build older than the GPU)",
 )

@@ -43,6 +43,10 @@ _PARALLEL_SIZE = (
     r"(?:(?:tensor|pipeline|expert|context|sequence|data|model)[ _-](?:model[ _-])?parallel"
     r"(?:[ _-](?:size|degree|world[ _]size))?|(?:[tpcdes]p|mp|fsdp)[ _]?size|world[ _]?size"
     r"|ulysses[\w ]{0,24}?size|process group size"
+    # a size of one group of a layout: `attn_tp_size`, `moe_dp_size`, `tp_world_size`
+    r"|\w*_(?:[tpcdes]p|mp)_(?:world_)?size|tp[ _]world[ _]size"
+    # the GPUs or nodes a job spans: `divisible by num_gpus`, `by number of nodes`
+    r"|num[ _]gpus|number of (?:nodes|gpus)"
     # a bare abbreviation with its number: `divisible by tp (4)`, `by sp=2`
     r"|(?:[tpcdes]p)(?=\s*[(=]?\s*\d))"
 )
@@ -54,13 +58,35 @@ _PARALLEL_SIZE = (
 # data_parallel_size (3)`).
 signature(
     "setup.not_divisible_by_parallel_size",
-    r"(?i)(?P<what>[\w.()=` ]{0,60}?)\s(?:(?:must|should)\s+be|is\s+not)\s+(?:evenly\s+)?"
-    r"divisible\s*(?:by\s*)?(?P<by>[^\n]{0,60}?\b(?P<size>" + _PARALLEL_SIZE + r")\b[^\n]{0,30})"
-    # TRL's `tensor_parallel_size (4) must divide world size (6) evenly`
-    r"|(?P<divisor>\w*parallel_size|\w*[tpcde]p_size)\s*(?:\(\d+\))?\s+must\s+divide\s+"
-    r"(?:the\s+)?world[ _]size",
+    r"(?i)(?P<what>[\w.()=` ]{0,60}?)\s(?:(?:must|should)\s+be|(?:(?:is|are)\s+)?not)\s+"
+    r"(?:evenly\s+)?divisible\s*(?:by\s*)?"
+    r"(?P<by>[^\n]{0,60}?\b(?P<size>" + _PARALLEL_SIZE + r")\b[^\n]{0,30})"
+    # TRL's `tensor_parallel_size (4) must divide world size (6) evenly`, a model library's
+    # `Tensor parallel world size must divide num heads.`
+    r"|(?P<divisor>\b(?:" + _PARALLEL_SIZE + r"))\s*(?:\(\d+\))?\s+must\s+(?:evenly\s+)?divide\s+"
+    r"(?:the\s+)?(?P<divided>[\w ]{1,40}?)(?:\s+evenly|\s*\(\d+\)|[.,;]|$)",
     anchors=("divisible", "must divide"),
     summary="a quantity of the model or the batch does not split evenly over a parallel size",
+)
+
+_COUNT = r"world[ _]size|num[ _]gpus|number of (?:GPUs|processes|devices)|nprocs?\w*"
+_PRODUCT = (
+    r"[\w ()=]{0,40}?(?:"
+    + _PARALLEL_SIZE
+    + r"|\w+_degree)\s*(?:\(\d+\)\s*)?[*x×]\s*[\w ()*x×=]{1,120}?"
+)
+
+# A launch's GPU count against the product of its parallel sizes, either way round:
+# `num_gpus (6) must equal tp_size * ulysses_degree * ring_degree (4)`, `tp_size *
+# pp_size (8) must be equal to the world size (4)`.
+signature(
+    "setup.parallel_product",
+    r"(?i)\b(?:" + _COUNT + r")\s*(?:\(\d+\)|=\s*\d+)?\s+(?:must|should)\s+(?:be\s+)?equal"
+    r"(?:\s+to)?\s+(?:the\s+)?" + _PRODUCT + r"(?:\(\d+\)|$|[.,;])"
+    r"|\b" + _PRODUCT + r"(?:\(\d+\)\s*)?\s+(?:must|should)\s+(?:be\s+)?equal"
+    r"(?:\s+to)?\s+(?:the\s+)?(?:" + _COUNT + r")\b",
+    anchors=("must equal", "must be equal", "should equal", "should be equal"),
+    summary="the parallel sizes do not multiply to the job's GPU count",
 )
 
 # accelerate's checks of the world against the batch and the parallelism plan.

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
 from triage.rules.fr._stuck_groups import (
     coverage,
     is_subgroup,
+    left_out_by,
     location,
     majority,
     ranks_of,
@@ -41,7 +43,10 @@ def fr_subgroup_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
 
     Fix:
     Make every member of the group call its collectives, or build the group only from
-    ranks that always do; call new_group on every rank in the same order.
+    ranks that always do; call new_group on every rank in the same order. When the waiting
+    members' call sits under a rank-dependent `if` inside the loop (`if not (rank == bad
+    and step == 3):`), the finding points at that call and its `if`: where the members
+    split.
 
     Known false positives:
     On gloo, group membership is only known from the ranks that used the group: a member
@@ -64,19 +69,33 @@ def fr_subgroup_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
         if point.membership == "observed":
             confidence *= 0.9
         sides = "; ".join(s.describe() for s in (normal, *absent) if s)
+        at, elsewhere = location(first), location(normal)
+        fix = (
+            f"Make every member of group {point.group} enter its collective{where(normal)} (or"
+            f" leave {rank_label(ranks)} out of the group); call new_group on every rank in the"
+            " same order."
+        )
+        skipped = left_out_by(normal)
+        if skipped is not None:  # where the members split: the call its `if` lets some skip
+            block, at = skipped
+            elsewhere = location(first)
+            fix = (
+                f"The group's call at line {at.line} runs only under `{block.text}`"
+                f" ({Path(at.file).name}:{block.start}), which left {rank_label(ranks)} out of"
+                f" it once: run the collective on every member of group {point.group}, or make"
+                " the test the same on all of them."
+            )
         yield Finding(
             title=f"{rank_label(ranks)} never entered group {point.group}'s collective "
             f"seq {point.seq}",
             summary=f"Flight Recorder, group {point.group} ({point.members} of {point.world} "
             f"ranks), stuck at collective seq {point.seq}: {sides}.",
             ranks=ranks,
-            location=location(first),
-            other_locations=[loc for loc in [location(normal)] if loc],
+            location=at,
+            other_locations=[loc for loc in [elsewhere] if loc],
             confidence=round(confidence * coverage(point), 3),
             evidence=[item.id, *(point.side_evidence_id(s) for s in absent)][:6],
-            fix=f"Make every member of group {point.group} enter its collective"
-            f"{where(normal)} (or leave {rank_label(ranks)} out of the group); call "
-            "new_group on every rank in the same order.",
+            fix=fix,
             confirm=f"{rank_subject(ranks, 'are')} in group {point.group}, and "
             + ("its stack is" if len(ranks) == 1 else "their stacks are")
             + " in another collective or in new_group",

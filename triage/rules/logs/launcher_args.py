@@ -63,7 +63,12 @@ def launcher_args(evidence: EvidenceSet) -> Iterator[Finding]:
     the `torch.distributed.launch is deprecated` warning and by every worker exiting with
     code 2 (argparse's usage error) right away. torch's `Cannot re-initialize CUDA in forked
     subprocess` (0.7): the launch forks its processes (a notebook launcher, the fork start
-    method) after the parent initialised CUDA.
+    method) after the parent initialised CUDA. The scheduler's or MPI's refusal of the launch
+    line: srun's `Unable to create step for job 4123: More processors requested than
+    permitted` (0.7), srun waiting on resources another step holds (`step creation
+    temporarily disabled, retrying (Requested nodes are busy)`, 0.6: an srun inside a script
+    srun started; not when `Step created for StepId=...` follows), mpirun's `There are not enough slots available in the system to satisfy
+    the 8 slots` (0.75).
 
     Why it happens:
     `torch.distributed.launch` appends `--local-rank=N` to the script's argv (torch >= 2.0
@@ -92,6 +97,7 @@ def launcher_args(evidence: EvidenceSet) -> Iterator[Finding]:
     """
     yield from _forked_after_cuda(evidence)
     yield from _lightning_launch(evidence)
+    yield from _scheduler_launch(evidence)
     parsed = signals(evidence, *_ARGPARSE)
     deprecated = signals(evidence, "setup.launch_deprecated")
     exits = [
@@ -250,6 +256,68 @@ _LIGHTNING = (
         "Let one launcher start the processes: run the script with plain python and let"
         " Lightning launch them, or keep torchrun/srun and let Lightning detect it (its"
         " environment variables unchanged: no LOCAL_RANK set by hand or by a wrapper script).",
+    ),
+)
+
+
+def _scheduler_launch(evidence: EvidenceSet) -> Iterator[Finding]:
+    """Slurm or MPI refusing the launch line itself: it asks for more than the allocation
+    or the hosts hold, or for what another step of the job already holds."""
+    found = [
+        (confidence, title, items, fix)
+        for name, confidence, title, fix in _SCHEDULER
+        if (items := _still_refused(evidence, name))
+    ]
+    if found:
+        yield quoted_finding(
+            evidence,
+            found,
+            _SCHEDULER_TEXT,
+            "the launch line (srun's or mpirun's options) beside the job's allocation"
+            " (`scontrol show job`, the hostfile's slots)",
+        )
+
+
+def _still_refused(evidence: EvidenceSet, name: str) -> list[Signal]:
+    """The refusals of `name`; srun's waits only where no step was created after them in
+    the same file (a busy cluster makes srun wait, then start)."""
+    items = signals(evidence, name)
+    if name != "slurm.step_waiting":
+        return items
+    created = signals(evidence, "slurm.step_created")
+    return [
+        (e, s)
+        for e, s in items
+        if not any(c.path == s.path and c.line > s.line for _, c in created)
+    ]
+
+
+_SCHEDULER_TEXT = re.compile(r"srun|mpirun|SLURM")
+
+_SCHEDULER = (
+    (
+        "slurm.step_refused",
+        0.7,
+        "srun asks for more than the job's allocation holds",
+        "Ask srun for what the allocation holds: --ntasks or --ntasks-per-node, --gpus-per-task"
+        " or --gres, --cpus-per-task and --mem within the sbatch/salloc request, or raise the"
+        " request; one task per GPU.",
+    ),
+    (
+        "slurm.step_waiting",
+        0.6,
+        "srun waits for resources another step of the same job holds",
+        "Do not start a second step on resources a running step holds: run the script under"
+        " one srun (no srun inside a script srun already started), or give the inner srun"
+        " --overlap (Slurm 20.11 and later) and size each step with --exact.",
+    ),
+    (
+        "mpi.not_enough_slots",
+        0.75,
+        "mpirun asks for more processes than its hosts offer slots",
+        "Ask mpirun for at most the slots its hosts offer (-np against the hostfile's"
+        " `host slots=N` or the allocation), one process per GPU; --oversubscribe only where"
+        " more processes than slots are meant.",
     ),
 )
 

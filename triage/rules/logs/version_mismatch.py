@@ -33,7 +33,12 @@ def version_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     `Attribute busid of node nic not found`): a release older than the machine, or devices
     hidden unevenly; weaker still (0.3, beside comm.unknown), NCCL's bare `unhandled cuda
     error` when no line names the failing call: an NCCL built for another CUDA, a driver
-    older than it needs, a release with a since-fixed bug.
+    older than it needs, a release with a since-fixed bug. Below NCCL, the CUDA build
+    against the GPU or driver: `no kernel image is available`, torch's `with CUDA
+    capability sm_120 is not compatible with the current PyTorch installation`, `the
+    provided PTX was compiled with an unsupported toolchain`, Error 803 (user-mode driver
+    and kernel module differ) and 804, torch's `cuDNN version incompatibility`; a CUDA
+    library the loader cannot find (`libcudart.so.12: cannot open shared object file`, 0.6).
 
     Why it happens:
     Nodes with different container images or environments (pip nvidia-nccl-cu* wheels vs a
@@ -184,6 +189,7 @@ def _findings(view: CommView) -> list[Found]:
                 _ARCH,
             )
         )
+    found.extend(_cuda_build(view, after_nccl=bool(arch)))
     topology = view.of("nccl.topology_unmodelled")
     if topology:
         from_file = all(s.fields.get("from_file") for _, s in topology)
@@ -212,6 +218,39 @@ def _findings(view: CommView) -> list[Found]:
         found.append(
             (0.5, "NCCL bootstrap peers exchange messages of different sizes", truncated, _SAME_ENV)
         )
+    return found
+
+
+_BUILD = {
+    "arch": (0.75, "the CUDA build has no kernels for this GPU (`{}`): torch or the library"
+             " predates the GPU's architecture", _ARCH),
+    "driver": (0.8, "the NVIDIA driver does not fit the CUDA build (`{}`)", _DRIVER),
+    "library": (0.8, "a CUDA library differs from the one torch was built against (`{}`)",
+                _SAME_ENV),
+}  # fmt: skip
+
+
+_LIBRARIES = (
+    "Install the CUDA libraries of torch's own CUDA version (reinstall torch so that pip brings"
+    " its nvidia-* wheels, or the matching CUDA toolkit), and check LD_LIBRARY_PATH does not"
+    " point at another CUDA."
+)
+
+
+def _cuda_build(view: CommView, after_nccl: bool) -> list[Found]:
+    """The CUDA stack below torch against the GPU or the driver, in CUDA's or torch's words
+    (left to NCCL's own line when it said the same), and a CUDA library the loader lacks."""
+    found: list[Found] = []
+    build = [] if after_nccl else view.of("cuda.build_mismatch")
+    if build:
+        fields = build[0][1].fields
+        confidence, what, fix = _BUILD[str(fields.get("kind"))]
+        found.append((confidence, what.format(fields.get("what")), build, fix))
+    missing = view.of("cuda.library_missing")
+    if missing:
+        library = missing[0][1].fields.get("library")
+        what = f"the loader cannot find {library}, which the CUDA build needs"
+        found.append((0.6, what, missing, _LIBRARIES))
     return found
 
 

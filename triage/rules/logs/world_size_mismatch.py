@@ -21,6 +21,7 @@ _KINDS = {
     "setup.mesh_heterogeneous": (0.8, "the world size is not a multiple of the GPUs per host"),
     "setup.mesh_group_mismatch": (0.7, "the DeviceMesh does not match its process group's ranks"),
     "setup.parallel_dims": (0.88, "the parallel dimensions do not multiply to WORLD_SIZE"),
+    "setup.parallel_product": (0.8, "the parallel sizes do not multiply to the job's GPU count"),
     "setup.world_not_divisible": (0.82, "the world size is not divisible by the parallel sizes"),
     "setup.rank_out_of_range": (0.8, "a rank number or group size is outside the world"),
     "setup.nccl_rank_count": (0.85, "NCCL's ranks disagree on the world size or a rank number"),
@@ -141,13 +142,16 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     uneven sharding on dim 0`, context parallel's sequence split); any other quantity a
     framework checks against a parallel size (0.7: Megatron's `number of layers should be
     divisible by the pipeline-model-parallel size`, `output_size (4096) must be divisible by
-    tp_size (3)`, a global batch against micro-batch x data-parallel size), accelerate's
+    tp_size (3)`, a global batch against micro-batch x data-parallel size, a parallel size
+    that must divide one: `Tensor parallel world size must divide num heads.`), accelerate's
     `the batch size (6) needs to be a round multiple of the number of processes (4)` (0.7)
     and `ParallelismConfig total_size (8) does not match num_processes (4)` (0.85);
     Lightning's `You set devices=4 and num_nodes=2 in Lightning, but the product (4 * 2) does
     not match the world size (4)` and its checks against Slurm's --ntasks-per-node and
     --nodes (0.85); a sharded checkpoint's
-    `Global world size at save time was 8, but at load time was 4` (0.8);
+    `Global world size at save time was 8, but at load time was 4` (0.8); the job's GPU
+    count against the product of its parallel sizes, either way round (0.8: `num_gpus (6)
+    must equal tp_size * ulysses_degree * ring_degree (4)`);
     weaker (0.5), processes that announce the same global rank (Lightning's `Initializing
     distributed: GLOBAL_RANK: 1, MEMBER: 2/8` twice) while fewer distinct ranks than the
     world's size announce themselves.
@@ -262,7 +266,7 @@ def _parallel_size_fits(evidence: EvidenceSet, named: bool) -> list[Found]:
     if items:
         fields = items[0][1].fields
         if fields.get("divisor"):
-            what = f"the {fields['divisor']} does not divide the world size"
+            what = f"the {fields['divisor']} does not divide the {fields['divided'].strip()}"
         else:
             subject = fields["what"].replace("`", "").strip(" :=")
             subject = subject if re.search(r"[A-Za-z]", subject) else "a quantity of the model"

@@ -133,6 +133,7 @@ _KIND = {
     "memory.cuda_error_oom": "cuda",
     "memory.library_alloc_failed": "library",
     "memory.nccl_cuda_oom": "nccl",
+    "memory.kv_cache_budget": "engine",
 }
 
 
@@ -255,6 +256,7 @@ def _distinct(events: list[OomEvent]) -> list[OomEvent]:
 _HOST_STRENGTH = {
     "memory.oom_killer": 0.9,
     "memory.slurm_oom_kill": 0.9,
+    "memory.limit_kill": 0.85,
     "memory.slurm_task_oom": 0.9,
     "memory.ray_oom": 0.85,
     "memory.container_oom": 0.9,

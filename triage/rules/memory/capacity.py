@@ -37,6 +37,13 @@ FIX_NCCL = (
     " (nvidia-smi), and shrink NCCL's share where it is large (NCCL_BUFFSIZE, NCCL_MAX_NCHANNELS"
     " with many peers)."
 )
+FIX_ENGINE = (
+    "Give the engine's KV cache room: raise its share of the GPU (vLLM gpu_memory_utilization,"
+    " SGLang --mem-fraction-static) when nothing else needs the GPU, lower max_model_len or"
+    " max_num_seqs, or spread the weights over more GPUs (tensor parallel). Colocated with a"
+    " trainer (RL rollouts), free or offload the trainer's weights, gradients and optimizer"
+    " state before the engine starts or wakes, and lower its share to what the trainer leaves."
+)
 CONFIRM = (
     "the OOM message shows allocated ≈ reserved ≈ the GPU's capacity and the request exceeds "
     "free plus reserved-but-unallocated memory (nothing to defragment, no other process)"
@@ -57,7 +64,11 @@ def _score(event: OomEvent) -> tuple[float, str]:
             "nccl": "NCCL could not allocate its buffers",
             "library": "a CUDA library could not allocate its workspace",
             "cuda": "a CUDA call ran out of memory",
+            "engine": "the inference engine found no room for its KV cache within its share"
+            " of the GPU",
         }.get(event.kind, "the GPU ran out of memory")
+        if event.kind == "engine":
+            return 0.6, f"{what}: the weights, the engine's budget and the context length"
         return 0.35, f"{what}; the log has no allocator numbers to say why"
     if held_by_others(core):
         return 0.4, f"{format_size(core.held)} of the GPU is held outside this process"
@@ -88,7 +99,8 @@ def capacity(evidence: EvidenceSet) -> Iterator[Finding]:
     A CUDA OOM whose numbers show PyTorch holding nearly all of the GPU: allocated ≈ reserved
     ≈ capacity, and the request is larger than free plus reserved-but-unallocated memory, so
     neither defragmenting nor freeing other processes would make it fit; or a single request
-    larger than the whole GPU. A memory snapshot whose failed request exceeds every free byte
+    larger than the whole GPU. An inference engine (vLLM, SGLang) that finds no room for its
+    KV cache within its share of the GPU. A memory snapshot whose failed request exceeds every free byte
     of the cache says the same. Raw CUDA, cuBLAS and NCCL allocation failures without numbers
     are reported here with low confidence.
 
@@ -108,7 +120,9 @@ def capacity(evidence: EvidenceSet) -> Iterator[Finding]:
     checkpointing, mixed precision, FSDP/ZeRO-3 sharding or more GPUs, optimizer offload.
     When NCCL's own allocation failed (`NCCL WARN Cuda failure 'out of memory'`, no allocator
     numbers): leave it room when communicators are set up (groups made before the model fills
-    the GPU, PyTorch's cache released before a late new_group, NCCL_BUFFSIZE).
+    the GPU, PyTorch's cache released before a late new_group, NCCL_BUFFSIZE). An inference
+    engine: a larger share of the GPU, a shorter context, more tensor parallelism; beside a
+    trainer, the trainer's state offloaded before the engine wakes.
 
     Known false positives:
     Without numbers (a bare `CUDA error: out of memory`) the cause is a guess; another process
@@ -143,6 +157,8 @@ def capacity(evidence: EvidenceSet) -> Iterator[Finding]:
             ids += dump_finding[3]
         if event.kind == "nccl" and event.numbers.core() is None:
             title, fix = "NCCL ran out of GPU memory for its buffers", FIX_NCCL
+        elif event.kind == "engine":
+            title, fix = "The inference engine's KV cache does not fit its GPU budget", FIX_ENGINE
     else:
         return
     yield Finding(
