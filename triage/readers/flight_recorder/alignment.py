@@ -257,7 +257,7 @@ def _entered_sides(members: list[tuple[int, list[Entry]]], state: str) -> list[S
 
 def _roots(points: list[StuckPoint]) -> None:
     """A stuck point whose only outliers wait in another stuck point is that one's victim;
-    in a cycle of them (a subgroup op some members skipped), the smallest group is the root."""
+    in a cycle of them (a subgroup op some members skipped), where they split is the root."""
     by_key = {p.key: p for p in points}
     by_group = {p.group.name: p for p in points}
 
@@ -267,11 +267,17 @@ def _roots(points: list[StuckPoint]) -> None:
         name = label.rpartition(":")[0]
         return by_key.get(label) or by_group.get(name)
 
-    def reach(point: StuckPoint) -> int:
-        """The largest group its outliers wait in: of two subgroups stuck on each other, the
-        one whose absent members moved on to a wider collective (a final barrier) is where
-        they skipped; the other's absent members are stuck in it."""
-        return max((len(t.group.members) for w in point.waits_on if (t := target(w))), default=0)
+    def waits(a: StuckPoint, b: StuckPoint) -> bool:
+        return any(target(w) is b for w in a.waits_on)
+
+    def split_point(cycle: list[StuckPoint]) -> StuckPoint:
+        """Where a cycle's members split: two points that wait on each other (a subgroup
+        call some members skipped, and the wider collective they went on to) are its heart,
+        and a point that only waits on them is their victim; of those, the smallest group."""
+        mutual = [
+            p for p in cycle if any(q is not p and waits(p, q) and waits(q, p) for q in cycle)
+        ]
+        return min(mutual or cycle, key=lambda p: (len(p.group.members), p.group.name))
 
     own = ("other_op", "other_shape", "idle", "no_dump", "lagging", "behind", "no_group")
     for point in points:
@@ -286,12 +292,8 @@ def _roots(points: list[StuckPoint]) -> None:
         while current is not None and not current.root:
             nxt = next((t for w in current.waits_on if (t := target(w)) is not None), None)
             if nxt is None or nxt in seen:
-                if nxt is not None:  # a cycle: its smallest group is where members split
-                    cycle = seen[seen.index(nxt) :]
-                    smallest = min(
-                        cycle, key=lambda p: (len(p.group.members), -reach(p), p.group.name)
-                    )
-                    smallest.root = True
+                if nxt is not None:  # a cycle: the root is where its members split
+                    split_point(seen[seen.index(nxt) :]).root = True
                 break
             seen.append(nxt)
             current = nxt
