@@ -1,9 +1,10 @@
 """Texts that show a failure only in generic words still get an honest, weak hypothesis.
 
 A log that stops on a progress bar short of its total (the loop stopped moving, nothing
-printed since), cuBLAS/cuDNN failing to create its handle, and the TCPStore client's bare
-`Socket Timeout`: each names its failure's family at low confidence with the step that
-would tell its candidates apart, and gives way to any rule that names a cause.
+printed since), cuBLAS/cuDNN failing to create its handle, the TCPStore client's bare
+`Socket Timeout`, a watchdog or a custom all-reduce dying on a CUDA error, any other failed
+CUDA call: each names its failure's family at low confidence with the step that would tell
+its candidates apart, and gives way to any rule that names a cause.
 """
 
 from __future__ import annotations
@@ -140,3 +141,29 @@ def test_an_assertion_that_two_numbers_are_equal_is_results_that_differ(
 def test_other_assertions_are_no_results_that_differ(tmp_path: Path, line: str) -> None:
     report = analyze_files(tmp_path, {"test.log": f"{line}\n"})
     assert all(h.cause_id != "wrong.unknown" for h in report.hypotheses)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[rank0]:[E1030 15:32:32.970893361 ProcessGroupNCCL.cpp:2055] [PG ID 5 PG GUID 51 Rank 0]"
+        " Process group watchdog thread terminated with exception: HIP error: operation not"
+        " permitted when stream is capturing",
+        "Failed: Cuda error /workspace/csrc/custom_all_reduce.cuh:455 'invalid argument'",
+    ],
+    ids=["watchdog-died", "custom-all-reduce"],
+)
+def test_a_communication_layer_that_failed_on_a_cuda_error_is_a_comm_failure(
+    tmp_path: Path, line: str
+) -> None:
+    """ProcessGroupNCCL's watchdog dying on its stream's error, and a custom all-reduce
+    kernel's own CUDA check, fail the communication layer: its family, weakly."""
+    top = analyze_files(tmp_path, {"rank0.log": line}).hypotheses[0]
+    assert top.cause_id == "comm.unknown" and top.confidence < 0.3
+
+
+def test_any_other_failed_cuda_call_is_a_rank_lost_without_its_reason(tmp_path: Path) -> None:
+    text = "Failed: Cuda error /workspace/csrc/attention.cu:455 'invalid argument'"
+    top = analyze_files(tmp_path, {"rank0.log": text}).hypotheses[0]
+    assert (top.cause_id, top.rule_id) == ("hang.rank_exited", "logs.rank_crashed")
+    assert "CUDA_LAUNCH_BLOCKING=1" in top.fix and top.confidence <= 0.2

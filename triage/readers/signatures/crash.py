@@ -78,6 +78,17 @@ signature(
     extract=_fields,
 )
 
+# Any other failed CUDA (or HIP) call in its library's words: torch's `CUDA error: invalid
+# argument`, a kernel library's check `Failed: Cuda error attention.cu:455 'invalid
+# argument'`, NCCL's `Cuda failure 'invalid argument'`. The process that gets one is lost.
+signature(
+    "cuda.call_failed",
+    r"(?P<how>(?:CUDA|Cuda|HIP|hip) (?:error|failure)(?::|\s+\S+:\d+|\s+\d+)?\s*'?"
+    r"(?P<reason>[A-Za-z][\w ,-]{3,80}?)'?)(?:\s*$|\s+when\b|\.|\s*\()",
+    anchors=("CUDA error", "Cuda error", "HIP error", "hip error", "Cuda failure", "CUDA failure"),
+    summary="a CUDA call failed (its reason in the line): the process that got it is lost",
+)
+
 signature(
     "scheduler.task_exit",
     r"srun: error: (?P<host>[\w.-]+): tasks? (?P<tasks>[\d,\-]+): (?P<how>[A-Z][\w ]+?)"

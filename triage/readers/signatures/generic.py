@@ -36,7 +36,11 @@ signature(
     r"nccl(?:InvalidUsage|InvalidArgument)|unhandled (?:system|cuda) error|"
     r"internal error - please report this issue to the NCCL developers|"
     r"Connection (?:refused|reset by peer|closed by peer)|DistNetworkError|"
-    r"RendezvousConnectionError|RendezvousTimeoutError|c10d::.*?Store",
+    r"RendezvousConnectionError|RendezvousTimeoutError|c10d::.*?Store|"
+    # ProcessGroupNCCL's watchdog died on an error of the collectives' stream; a custom
+    # all-reduce kernel's CUDA check (vLLM's, SGLang's `custom_all_reduce.cuh:455`)
+    r"watchdog thread terminated with exception|"
+    r"Cuda error \S*all_?(?:reduce|gather)\S*:\d+ '[^']+'",
     anchors=(
         "NCCL failure",
         "NCCL error",
@@ -53,6 +57,8 @@ signature(
         "Connection reset by peer",
         "Connection closed by peer",
         "c10d::",
+        "watchdog thread terminated with exception",
+        "Cuda error ",
     ),
     summary="a communication library or the rendezvous failed (cause not named)",
 )

@@ -135,7 +135,7 @@ COLLECTIVE_TIMEOUT = re.compile(
 _WAITED = ("hang.watchdog_timeout", "hang.gloo_timeout")
 
 #: Reports of a process that crashed or exited, which say nothing of why.
-_NAMELESS = ("process.", "scheduler.")
+_NAMELESS = ("process.", "scheduler.", "cuda.call_failed")
 _COMM_FAMILIES = ("nccl.", "gloo.", "c10d.", "net.", "shm.", "ib.", "driver.", "ccl.")
 _COMM_TEXT = re.compile(
     r"NCCL|nccl|gloo|Gloo|DistBackendError|DistNetworkError|DistStoreError|ProcessGroup|"

@@ -13,7 +13,13 @@ from triage.text import rank_label
 
 #: The launcher's own teardown of healthy workers: no failure of theirs.
 _TEARDOWN_CODES = (-15, 143)
-_CRASHES = ("process.crashed", "cuda.kernel_fault", "scheduler.task_exit", "scheduler.first_exit")
+_CRASHES = (
+    "process.crashed",
+    "cuda.kernel_fault",
+    "cuda.call_failed",
+    "scheduler.task_exit",
+    "scheduler.first_exit",
+)
 _EXITS = ("elastic.worker_failed", "elastic.child_failed", "elastic.process_signal",
           "spawn.process_signal")  # fmt: skip
 
@@ -25,7 +31,8 @@ def rank_crashed(evidence: EvidenceSet) -> Iterator[Finding]:
     What it detects:
     The shell's, the C++ runtime's or Python's crash lines (`Segmentation fault`, `core
     dumped`, `terminate called after throwing`, `Fatal Python error:`), a CUDA kernel fault
-    (illegal memory access, device-side assert), srun's or mpirun's report of a task that
+    (illegal memory access, device-side assert) or any other failed CUDA call (`Failed:
+    Cuda error attention.cu:455 'invalid argument'`), srun's or mpirun's report of a task that
     exited with a code or a signal, torchrun's `failed (exitcode: N)`, when no other rule
     finds anything. It stands only then. A positive exit code beside a Python exception is
     that exception's exit (the text says why, and the exception rules read it), not read.
@@ -68,7 +75,9 @@ def rank_crashed(evidence: EvidenceSet) -> Iterator[Finding]:
     found.sort(key=lambda item: (item[1].path, item[1].line))
     ranks = ranks_of(s for _, s in found)
     who = rank_label(ranks) if ranks else "a process"
-    cuda = [item for item in found if item[1].signature == "cuda.kernel_fault"]
+    cuda = [
+        item for item in found if item[1].signature in ("cuda.kernel_fault", "cuda.call_failed")
+    ]
     checked = next((s for _, s in cuda if s.fields.get("check")), None)
     if checked is not None:
         yield _kernel_check(who, ranks, checked, found)

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 
 from triage.models import Evidence
 from triage.observations import LogSignal, MemoryDump, MemoryGrowth, TracebackRecord
-from triage.readers.signatures.memory import CUDA_OOM_SIGNALS, HOST_OOM_SIGNALS
+from triage.readers.signatures.host_memory import HOST_OOM_SIGNALS
+from triage.readers.signatures.memory import CUDA_OOM_SIGNALS
 from triage.registry import EvidenceSet
 from triage.rules.logs._comm_view import comm_view
 from triage.rules.logs._signals import signals, tracebacks

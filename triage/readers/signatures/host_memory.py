@@ -1,0 +1,171 @@
+"""Host memory running out, in the words of whatever saw it: the kernel's OOM killer, a
+scheduler's or the kubelet's memory limit, Ray's memory monitor, a shell or a launcher
+reporting SIGKILL, Python's or C++'s failed allocations (oom.host)."""
+
+from __future__ import annotations
+
+from triage.readers.signatures import signature
+from triage.readers.signatures.memory import bytes_field, kb_field
+
+signature(
+    "memory.oom_killer",
+    r"(?:(?P<scope>Memory cgroup out of memory|Out of memory|out of memory): )?"
+    r"Kill(?:ed)? process (?P<victim_pid>\d+) \((?P<comm>[^)]*)\)(?:.*?anon-rss:(?P<anon_rss>\d+)kB)?",
+    anchors=("Kill process", "Killed process"),
+    summary="the kernel's OOM killer killed a process (host RAM or the container's memory limit)",
+    extract=kb_field,
+)
+
+signature(
+    "memory.slurm_oom_kill",
+    r"Detected (?P<count>\d+) oom[-_]kill event",
+    anchors=("oom-kill event", "oom_kill event"),
+    summary="Slurm saw the cgroup OOM killer kill processes of the job step",
+)
+
+# A memory limit the scheduler or the kernel enforces, in its own words: Slurm's
+# `Job 4123 exceeded memory limit (52428800 > 51200000), being killed` and `Exceeded job
+# memory limit` (jobacct polling) or `killed by the cgroup out-of-memory handler` (cgroup
+# enforcement), the kernel's `oom_reaper: reaped process`, the kubelet evicting a pod
+# (`The node was low on resource: memory`), Ray's memory monitor (`which exceeds the memory
+# usage threshold`).
+signature(
+    "memory.limit_kill",
+    r"exceeded (?:job |step )?memory limit|Exceeded (?:job|step) memory limit|"
+    r"killed by the cgroup out-of-memory handler|oom_reaper: reaped process|"
+    r"low on resource: memory|exceeds the memory usage threshold",
+    anchors=(
+        "xceeded memory limit",
+        "xceeded job memory limit",
+        "xceeded step memory limit",
+        "cgroup out-of-memory handler",
+        "oom_reaper: reaped process",
+        "low on resource: memory",
+        "memory usage threshold",
+    ),
+    summary="a scheduler, the kernel or the kubelet killed processes over a memory limit",
+)
+
+signature(
+    "memory.container_oom",
+    r"\bOOMKilled\b",
+    anchors="OOMKilled",
+    summary="the container was killed for exceeding its memory limit",
+)
+
+signature(
+    "memory.exit_137",
+    r"\bexit(?:ed)?(?: with)?[ _](?:code|status)[:=]? ?137\b|\bExited \(137\)",
+    anchors=(
+        "code 137",
+        "code: 137",
+        "code=137",
+        "status 137",
+        "status: 137",
+        "status=137",
+        "Exited (137)",
+    ),
+    summary="a process exited with 137 (128 + SIGKILL): usually a memory limit",
+)
+
+signature(
+    "memory.exit_sigkill",
+    r"(?i:return code|exit code|exit status|exitcode|"
+    r"(?:exited|terminated|failed|died) with (?:exit )?(?:code|status))\s*[=:]?\s*-9\b"
+    r"|died with <Signals\.SIGKILL: 9>|killed by signal 9\b",
+    anchors=(
+        "return code = -9",
+        "return code -9",
+        "exit code -9",
+        "exit status -9",
+        "with code -9",
+        "with status -9",
+        "died with <Signals.SIGKILL: 9>",
+        "killed by signal 9",
+    ),
+    summary="a launcher reports a process killed by SIGKILL (-9): usually the OOM killer",
+)
+
+signature(
+    "memory.shell_killed",
+    r"^\s*Killed\s*$|line \d+: +(?P<killed_pid>\d+) Killed\b",
+    anchors="Killed",
+    summary="the shell reports its child was SIGKILLed (a lone 'Killed' ends the output)",
+)
+
+signature(
+    "memory.slurm_task_oom",
+    r"task (?P<rank>\d+): Out Of Memory",
+    anchors=": Out Of Memory",
+    summary="srun reports a task killed for exceeding the job's memory",
+)
+
+signature(
+    "memory.ray_oom",
+    r"ray\.exceptions\.OutOfMemoryError|killed due to the node running low on memory",
+    anchors=("ray.exceptions.OutOfMemoryError", "running low on memory"),
+    summary="Ray's memory monitor killed a worker: the node's host memory ran low",
+)
+
+signature(
+    "memory.dataloader_killed",
+    r"DataLoader worker \(pid (?P<worker_pid>\d+)\) is killed by signal: (?P<signal>[^.]+)",
+    anchors="is killed by signal:",
+    summary="a DataLoader worker died from a signal ('Killed' is SIGKILL, usually the OOM killer)",
+)
+
+signature(
+    "memory.dataloader_exited",
+    r"DataLoader worker \(pid\(s\) (?P<worker_pids>[\d, ]+)\) exited unexpectedly",
+    anchors="exited unexpectedly",
+    summary="DataLoader workers died without a Python error (killed, crashed, or out of shared memory)",
+)
+
+signature(
+    "memory.bad_alloc",
+    r"std::bad_alloc",
+    anchors="std::bad_alloc",
+    summary="C++ code could not allocate host memory",
+)
+
+signature(
+    "memory.host_memory_error",
+    r"^(?:[\w.]*\.)?_?(?:Array)?MemoryError(?::\s*(?P<detail>.*))?\s*$",
+    anchors="MemoryError",
+    summary="Python ran out of host memory (MemoryError)",
+)
+
+signature(
+    "memory.cpu_allocator",
+    r"DefaultCPUAllocator: (?:not enough memory|can't allocate memory): "
+    r"you tried to allocate (?P<requested>\d+) bytes",
+    anchors="DefaultCPUAllocator:",
+    summary="torch's CPU allocator could not allocate host memory",
+    extract=bytes_field("requested"),
+)
+
+signature(
+    "memory.enomem",
+    r"^(?!.*(?:ibv_|NET/IB|memlock|MEMLOCK)).*?[Cc]annot allocate memory",
+    anchors=("Cannot allocate memory", "cannot allocate memory"),
+    summary="a system call failed with ENOMEM (host memory or a memory limit exhausted); "
+    "InfiniBand memory registration (ibv_reg_mr, a memlock limit) is not host OOM",
+)
+
+HOST_OOM_SIGNALS = (
+    "memory.oom_killer",
+    "memory.slurm_oom_kill",
+    "memory.limit_kill",
+    "memory.container_oom",
+    "memory.exit_137",
+    "memory.exit_sigkill",
+    "memory.shell_killed",
+    "memory.slurm_task_oom",
+    "memory.ray_oom",
+    "memory.dataloader_killed",
+    "memory.dataloader_exited",
+    "memory.bad_alloc",
+    "memory.host_memory_error",
+    "memory.cpu_allocator",
+    "memory.enomem",
+)
