@@ -45,6 +45,12 @@ from tests.conftest import analyze_files
             "differs from the one torch was built against",
         ),
         (
+            "RuntimeError: Unexpected error from cudaGetDeviceCount(). Failed to initialize NVML:"
+            " Driver/library version mismatch",
+            0.85,
+            "kernel module and the user-space driver differ",
+        ),
+        (
             "OSError: libcudart.so.12: cannot open shared object file: No such file or directory",
             0.6,
             "cannot find libcudart.so.12",

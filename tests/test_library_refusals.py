@@ -61,6 +61,7 @@ def test_with_no_majority_shape_no_process_is_blamed(tmp_path: Path) -> None:
         ("dtensor_view.log", "config.world_size_mismatch", "does not divide evenly"),
         ("group_size.log", "config.world_size_mismatch", "group size is outside the world"),
         ("node_local_rank.log", "config.env_missing", "LOCAL_RANK not set"),
+        ("cuda_checkpoint.log", "config.backend_device", "no GPU is usable in this process"),
     ],
 )
 def test_each_recorded_refusal_names_its_cause(name: str, cause: str, words: str) -> None:
@@ -223,6 +224,12 @@ def test_each_recorded_refusal_names_its_cause(name: str, cause: str, words: str
             "config.world_size_mismatch",
             "do not multiply to the job's GPU count",
         ),
+        (
+            "RuntimeError: Found no NVIDIA driver on your system. Please check that you have an"
+            " NVIDIA GPU and installed a driver from http://www.nvidia.com/Download/index.aspx",
+            "config.backend_device",
+            "no GPU is usable in this process",
+        ),
     ],
     ids=[
         "nccl-dtype",
@@ -251,6 +258,7 @@ def test_each_recorded_refusal_names_its_cause(name: str, cause: str, words: str
         "sequence-parallel-length",
         "gpus-vs-product",
         "product-vs-world",
+        "no-driver",
     ],
 )
 def test_the_refusal_names_its_cause(tmp_path: Path, line: str, cause: str, words: str) -> None:
@@ -260,6 +268,22 @@ def test_the_refusal_names_its_cause(tmp_path: Path, line: str, cause: str, word
     top = analyze_files(tmp_path, {"rank0.log": text}).hypotheses[0]
     assert top.cause_id == cause and words in top.title, top.title
     assert top.location is not None and top.location.line == 9
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'docker: Error response from daemon: could not select device driver "" with'
+        " capabilities: [[gpu]].",
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure"
+        " that the latest NVIDIA driver is installed and running.",
+    ],
+    ids=["docker-no-gpu-runtime", "nvidia-smi-no-driver"],
+)
+def test_a_host_or_container_without_a_usable_gpu(tmp_path: Path, line: str) -> None:
+    top = analyze_files(tmp_path, {"job.log": line}).hypotheses[0]
+    assert (top.cause_id, top.confidence) == ("config.backend_device", 0.7)
+    assert "--gpus all" in top.fix
 
 
 def test_a_variable_named_in_a_warning_is_not_a_missing_launch_variable(tmp_path: Path) -> None:

@@ -3,7 +3,7 @@
 A log that stops on a progress bar short of its total (the loop stopped moving, nothing
 printed since), cuBLAS/cuDNN failing to create its handle, the TCPStore client's bare
 `Socket Timeout`, a watchdog or a custom all-reduce dying on a CUDA error, any other failed
-CUDA call: each names its failure's family at low confidence with the step that would tell
+CUDA call, a node the scheduler lost: each names its failure's family at low confidence with the step that would tell
 its candidates apart, and gives way to any rule that names a cause.
 """
 
@@ -167,3 +167,19 @@ def test_any_other_failed_cuda_call_is_a_rank_lost_without_its_reason(tmp_path: 
     top = analyze_files(tmp_path, {"rank0.log": text}).hypotheses[0]
     assert (top.cause_id, top.rule_id) == ("hang.rank_exited", "logs.rank_crashed")
     assert "CUDA_LAUNCH_BLOCKING=1" in top.fix and top.confidence <= 0.2
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "slurmstepd: error: *** STEP 4123.0 ON gpu-node-07 CANCELLED AT 2026-11-27T03:12:44 DUE"
+        " TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***",
+        "srun: error: Node failure on gpu-node-07",
+        "ray.exceptions.RayActorError: The actor died because its node has died. Node Id: 5c1f0a2b",
+    ],
+    ids=["slurm-step-cancelled", "srun-node-failure", "ray-node-died"],
+)
+def test_a_node_the_scheduler_lost_is_every_rank_on_it(tmp_path: Path, line: str) -> None:
+    top = analyze_files(tmp_path, {"job.log": line}).hypotheses[0]
+    assert (top.cause_id, top.confidence) == ("hang.rank_exited", 0.45)
+    assert "lost" in top.title and "Drain the node" in top.fix

@@ -15,6 +15,26 @@ signature(
     summary="this torch is a CPU-only build: CUDA (and NCCL) are not in it",
 )
 
+# No GPU is usable in this process at all: the driver is not loaded or not passed into the
+# container (torch's `Found no NVIDIA driver on your system`, nvidia-smi's `couldn't
+# communicate with the NVIDIA driver`, Docker's `could not select device driver "" with
+# capabilities: [[gpu]]`), or a checkpoint of CUDA tensors loaded where CUDA is not available.
+signature(
+    "setup.no_gpu_usable",
+    r"Found no NVIDIA driver on your system|couldn't communicate with the NVIDIA driver"
+    r"|CUDA driver initialization failed, you might not have a CUDA gpu"
+    r'|could not select device driver "" with capabilities: \[\[gpu\]\]'
+    r"|deserialize object on a CUDA device but torch\.cuda\.is_available\(\) is False",
+    anchors=(
+        "Found no NVIDIA driver on your system",
+        "couldn't communicate with the NVIDIA driver",
+        "CUDA driver initialization failed",
+        "with capabilities: [[gpu]]",
+        "torch.cuda.is_available() is False",
+    ),
+    summary="no GPU is usable in this process: no driver loaded, or none passed to the container",
+)
+
 signature(
     "setup.backend_unavailable",
     r"ProcessGroupNCCL is only supported with GPUs, no GPUs found"

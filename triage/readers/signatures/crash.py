@@ -110,6 +110,23 @@ signature(
     extract=_fields,
 )
 
+# The scheduler or Ray lost a whole node, and every rank on it: Slurm's `CANCELLED AT ...
+# DUE TO NODE FAILURE` and `srun: error: Node failure on node7`, Ray's `The actor died
+# because its node has died` and its health check's `has been marked dead because the
+# detector has missed too many heartbeats from it`.
+signature(
+    "scheduler.node_failure",
+    r"DUE TO NODE FAILURE|[Nn]ode failure on (?P<host>[\w.-]+)|died because its node has died"
+    r"|marked dead because the detector has missed too many heartbeats",
+    anchors=(
+        "DUE TO NODE FAILURE",
+        "ode failure on ",
+        "died because its node has died",
+        "missed too many heartbeats",
+    ),
+    summary="the scheduler or Ray lost a node, and every rank on it",
+)
+
 signature(
     "scheduler.time_limit",
     r"CANCELLED AT \S+ DUE TO TIME LIMIT|DUE TO TIME LIMIT",

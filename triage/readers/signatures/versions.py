@@ -45,7 +45,9 @@ signature(
 # by a newer toolkit than the driver supports (`the provided PTX was compiled with an
 # unsupported toolchain`), a user-mode driver that differs from the kernel module (Error
 # 803, common in containers) or forward compatibility on a GPU without it (Error 804), a
-# cuDNN other than the one torch was built against. NCCL's own `Cuda failure 'no kernel
+# cuDNN other than the one torch was built against, NVML's `Driver/library version mismatch`
+# (the kernel module and the user-space driver of two releases: an upgrade without a
+# reboot, a container's driver libraries). NCCL's own `Cuda failure 'no kernel
 # image ...'` is nccl.cuda_arch_missing.
 signature(
     "cuda.build_mismatch",
@@ -55,7 +57,8 @@ signature(
     r"|unsupported display driver / cuda driver combination"
     r"|forward compatibility was attempted on non supported HW)"
     r"|cuDNN version incompatibility: PyTorch was compiled\s+against \([\d, ]+\) but found "
-    r"runtime version \([\d, ]+\))",
+    r"runtime version \([\d, ]+\)"
+    r"|(?P<module>Driver/library version mismatch|API mismatch: the NVIDIA kernel module))",
     anchors=(
         "no kernel image is available",
         "is not compatible with the current PyTorch installation",
@@ -63,11 +66,19 @@ signature(
         "unsupported display driver / cuda driver combination",
         "forward compatibility was attempted",
         "cuDNN version incompatibility",
+        "Driver/library version mismatch",
+        "API mismatch: the NVIDIA kernel module",
     ),
     summary="the CUDA build does not fit this GPU or driver (architecture, toolkit, driver, cuDNN)",
     extract=lambda found: {
         "what": found["what"],
-        "kind": "arch" if found["arch"] else "driver" if found["driver"] else "library",
+        "kind": "arch"
+        if found["arch"]
+        else "driver"
+        if found["driver"]
+        else "module"
+        if found["module"]
+        else "library",
     },
 )
 

@@ -26,6 +26,12 @@ _FIX_UNAVAILABLE = (
     "Linux and a CUDA GPU); check torch.cuda.is_available() and pick the backend from it "
     "(or dist.get_default_backend_for_device)."
 )
+_FIX_NO_GPU = (
+    "Give the process its GPUs: `nvidia-smi` on the host must list them (the driver loaded);"
+    " a container needs them passed in (`docker run --gpus all` with the NVIDIA container"
+    " toolkit, a Kubernetes pod its nvidia.com/gpu request); CUDA_VISIBLE_DEVICES must not be"
+    " empty. A job meant for the CPU: gloo, and torch.load(..., map_location='cpu')."
+)
 _FIX_CPU_ONLY = (
     "Install the CUDA build of torch that matches the driver (the cuXXX wheel from the"
     " PyTorch index, `python -c 'import torch; print(torch.version.cuda)'` must not print"
@@ -60,7 +66,10 @@ def backend_device(evidence: EvidenceSet) -> Iterator[Finding]:
 
     What it detects:
     `ProcessGroupNCCL is only supported with GPUs, no GPUs found!`, `nccl requires at least
-    one CUDA device`, `Distributed package doesn't have NCCL built in`; `No backend type
+    one CUDA device`, `Distributed package doesn't have NCCL built in`; no GPU usable at all
+    (0.7: `Found no NVIDIA driver on your system`, `couldn't communicate with the NVIDIA
+    driver`, Docker's `could not select device driver "" with capabilities: [[gpu]]`, CUDA
+    tensors deserialized where `torch.cuda.is_available() is False`); `No backend type
     associated with device type cpu` and `Tensors must be CUDA and dense` (CPU tensors on
     an NCCL group); `ProcessGroupGloo does not support reduce_scatter`, `Backend gloo does
     not support ...`, `ProcessGroupGloo::<op>: unsupported device type`, `Cannot use
@@ -100,6 +109,9 @@ def backend_device(evidence: EvidenceSet) -> Iterator[Finding]:
         found.append(
             (0.9, "the backend is not available on this machine", unavailable, _FIX_UNAVAILABLE)
         )
+    no_gpu = signals(evidence, "setup.no_gpu_usable")
+    if no_gpu:
+        found.append((0.7, "no GPU is usable in this process", no_gpu, _FIX_NO_GPU))
     wrapper = signals(evidence, "setup.wrapper_needs_accelerator")
     if wrapper:
         found.append((0.85, "FSDP was started where no GPU is usable", wrapper, _FIX_UNAVAILABLE))

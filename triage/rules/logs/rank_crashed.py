@@ -19,6 +19,7 @@ _CRASHES = (
     "cuda.call_failed",
     "scheduler.task_exit",
     "scheduler.first_exit",
+    "scheduler.node_failure",
 )
 _EXITS = ("elastic.worker_failed", "elastic.child_failed", "elastic.process_signal",
           "spawn.process_signal")  # fmt: skip
@@ -32,7 +33,9 @@ def rank_crashed(evidence: EvidenceSet) -> Iterator[Finding]:
     The shell's, the C++ runtime's or Python's crash lines (`Segmentation fault`, `core
     dumped`, `terminate called after throwing`, `Fatal Python error:`), a CUDA kernel fault
     (illegal memory access, device-side assert) or any other failed CUDA call (`Failed:
-    Cuda error attention.cu:455 'invalid argument'`), srun's or mpirun's report of a task that
+    Cuda error attention.cu:455 'invalid argument'`), a node the scheduler or Ray lost
+    (`DUE TO NODE FAILURE`, `The actor died because its node has died`), srun's or mpirun's
+    report of a task that
     exited with a code or a signal, torchrun's `failed (exitcode: N)`, when no other rule
     finds anything. It stands only then. A positive exit code beside a Python exception is
     that exception's exit (the text says why, and the exception rules read it), not read.
@@ -82,6 +85,10 @@ def rank_crashed(evidence: EvidenceSet) -> Iterator[Finding]:
     if checked is not None:
         yield _kernel_check(who, ranks, checked, found)
         return
+    lost = [s for _, s in found if s.signature == "scheduler.node_failure"]
+    if lost:
+        yield _node_lost(lost[0], found)
+        return
     yield Finding(
         title=f"{who} crashed or exited with an error, and the text does not say why",
         summary=f"{_quote(found)}; no line before it names a cause, so its peers (if any"
@@ -124,6 +131,26 @@ def _kernel_check(who: str, ranks: list[int], checked: LogSignal, found: list[Si
         " launched the kernel.",
         confirm="the batch holds a value outside the range the check names (max label or token"
         " id against the model's size)",
+    )
+
+
+def _node_lost(line: LogSignal, found: list[Signal]) -> Finding:
+    """A node the scheduler or Ray declared lost takes every rank on it: the job's failure
+    is the node's, whatever its ranks or their peers print next."""
+    host = line.fields.get("host")
+    which = f"node {host}" if host else "a node"
+    return Finding(
+        title=f"the scheduler lost {which}, and every rank on it",
+        summary=f"`{line.text.strip()[:160]}` ({line.path}:{line.line}): {which} stopped"
+        " answering the scheduler, so its ranks are gone and their peers wait for them or lose"
+        " their connections; the node's own logs (the kernel's, the GPU driver's) say why.",
+        ranks=[],
+        confidence=0.45,
+        evidence=ids(found[:8]),
+        fix="Drain the node and look at why it failed (`scontrol show node`, the slurmd log,"
+        " `dmesg -T` and `nvidia-smi -q` on it: a GPU fallen off the bus, a kernel panic, the"
+        " network); restart the job from its last checkpoint on healthy nodes.",
+        confirm="`scontrol show node` gives the node's down reason, or Ray's dashboard its death",
     )
 
 

@@ -37,7 +37,8 @@ def version_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     against the GPU or driver: `no kernel image is available`, torch's `with CUDA
     capability sm_120 is not compatible with the current PyTorch installation`, `the
     provided PTX was compiled with an unsupported toolchain`, Error 803 (user-mode driver
-    and kernel module differ) and 804, torch's `cuDNN version incompatibility`; a CUDA
+    and kernel module differ) and 804, torch's `cuDNN version incompatibility`, NVML's
+    `Driver/library version mismatch` (0.85: a driver upgraded without a reboot); a CUDA
     library the loader cannot find (`libcudart.so.12: cannot open shared object file`, 0.6).
 
     Why it happens:
@@ -221,12 +222,20 @@ def _findings(view: CommView) -> list[Found]:
     return found
 
 
+_MODULE = (
+    "Reboot the node (or unload and reload the nvidia kernel modules) so that the module and"
+    " the user-space driver are one release: a driver upgraded without a reboot leaves the"
+    " old module loaded; in a container, let the NVIDIA container toolkit mount the host's"
+    " driver libraries instead of shipping its own."
+)
 _BUILD = {
     "arch": (0.75, "the CUDA build has no kernels for this GPU (`{}`): torch or the library"
              " predates the GPU's architecture", _ARCH),
     "driver": (0.8, "the NVIDIA driver does not fit the CUDA build (`{}`)", _DRIVER),
     "library": (0.8, "a CUDA library differs from the one torch was built against (`{}`)",
                 _SAME_ENV),
+    "module": (0.85, "the NVIDIA kernel module and the user-space driver differ (`{}`)",
+               _MODULE),
 }  # fmt: skip
 
 
