@@ -787,3 +787,14 @@ def test_a_timeout_says_every_rank_is_inside_only_when_every_member_dumped(tmp_p
         said(side("waiting", [0, 1, 2], "all_reduce", train, 6), FRSide(state="no_dump", ranks=[3]))
         == ""
     )
+
+
+def test_the_last_rank_that_left_no_dump_is_still_a_member_on_gloo(tmp_path: Path) -> None:
+    """gloo's pg_config names no group, but its unnamed item lists the default group's
+    local ranks: a last rank that wrote no dump (it held the GIL, it was stopped) is still
+    counted, and named, instead of every dumped member 'waiting with no culprit'."""
+    for rank in range(3):
+        shutil.copy(FIXTURES / "uneven_inputs" / f"node07_rank{rank}.pickle", tmp_path)
+    top = analyze(tmp_path)["hypotheses"][0]
+    assert (top["cause_id"], top["ranks"]) == ("hang.rank_exited", [3])
+    assert "left no Flight Recorder dump" in top["title"]

@@ -124,8 +124,9 @@ def _recency(dump: RankDump) -> tuple[int, int, bool]:
 
 def _groups(dumps: Mapping[int, RankDump], unreadable: set[int]) -> list[GroupInfo]:
     """Groups across ranks. Members come from the dumps' group lists when they give them
-    (NCCL); else the default group holds every rank up to the highest seen, and a subgroup
-    the ranks that recorded ops on it (gloo)."""
+    (NCCL); else the default group holds every rank up to the highest seen (or as many as
+    gloo's unnamed group list names: a last rank that left no dump is still a member), and
+    a subgroup the ranks that recorded ops on it (gloo)."""
     found: dict[GroupKey, GroupInfo] = {}
     for rank, dump in sorted(dumps.items()):
         for key, track in dump.groups.items():
@@ -138,7 +139,8 @@ def _groups(dumps: Mapping[int, RankDump], unreadable: set[int]) -> list[GroupIn
             info.tracks[rank] = track
     distinct = {id(m): m for d in dumps.values() for m in d.configs.values()}
     top = max((m[-1] for m in distinct.values() if m), default=-1)  # members are sorted
-    world = tuple(range(max([top, *dumps, *unreadable]) + 1)) if dumps else ()
+    least = max((d.least_world for d in dumps.values()), default=0)
+    world = tuple(range(max([top, *dumps, *unreadable, least - 1]) + 1)) if dumps else ()
     for info in found.values():
         if info.membership != "observed":
             continue

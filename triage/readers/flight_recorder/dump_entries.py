@@ -264,6 +264,7 @@ def _reduce(
         first_record=first_record,
         entries=total,
         fast=fast,
+        least_world=_unnamed_size(header.get("pg_config")),
     )
     for entry in dump.all_entries():
         entry.frame, entry.frames_read = _user_frame(frames.get(entry.record))
@@ -300,6 +301,19 @@ def _configs(raw: Any) -> dict[str, tuple[int, ...]]:
         if members:
             out[name] = members
     return out
+
+
+def _unnamed_size(raw: Any) -> int:
+    """How many ranks gloo's unnamed pg_config item lists: a lower bound of the world's size
+    (its ranks are group-local, of the last group made), where no dump's rank shows it."""
+    if not isinstance(raw, dict):
+        return 0
+    sizes = [
+        len(_rank_list(info.get("ranks")))
+        for key, info in list(raw.items())[:100_000]
+        if isinstance(info, dict) and not str(info.get("name", key))
+    ]
+    return max(sizes, default=0)
 
 
 _MEMBERS: dict[str, tuple[int, ...]] = {}

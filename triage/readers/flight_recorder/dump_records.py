@@ -148,6 +148,9 @@ class RankDump:
     first_record: int | None
     entries: int
     fast: bool
+    #: The world holds at least this many ranks: gloo's unnamed pg_config item lists the
+    #: group-local ranks of the last group made (every rank, when only the default exists).
+    least_world: int = 0
 
     def key_of(self, entry: Entry) -> GroupKey:
         return group_key(entry.group, self.configs.get(entry.group))
