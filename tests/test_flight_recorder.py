@@ -798,3 +798,11 @@ def test_the_last_rank_that_left_no_dump_is_still_a_member_on_gloo(tmp_path: Pat
     top = analyze(tmp_path)["hypotheses"][0]
     assert (top["cause_id"], top["ranks"]) == ("hang.rank_exited", [3])
     assert "left no Flight Recorder dump" in top["title"]
+
+
+def test_of_two_ranks_with_two_sizes_the_one_new_to_the_group_is_named() -> None:
+    """One against one has no majority; the size the group never passed before is the odd
+    one, named at a tie's confidence with both sides to check."""
+    top = analyze(REPO / "tests" / "fixtures" / "flight_recorder_two_ranks")["hypotheses"][0]
+    assert (top["cause_id"], top["ranks"], top["confidence"]) == ("hang.shape_mismatch", [0], 0.6)
+    assert "[3 Float]" in top["summary"] and "check both" in top["summary"]

@@ -190,14 +190,18 @@ def _stuck_point(
         signature: tuple[object, ...] = tuple(e.signature() for e in at) if at else ("?",)
         entered.setdefault(signature, []).append((rank, at))
     sides: list[Side] = []
-    history = {e.op for t in group.tracks.values() for e in t.recent if e.seq < seq}
+    ran = [e for t in group.tracks.values() for e in t.recent if e.seq < seq]
+    history = {e.op for e in ran}
+    shapes = {e.signature() for e in ran}
 
     def rank_order(
         kv: tuple[tuple[object, ...], list[tuple[int, list[Entry]]]],
-    ) -> tuple[int, bool, int]:
-        """Most members first; on a tie, an op the group ran before beats a new one."""
+    ) -> tuple[int, bool, bool, int]:
+        """Most members first; on a tie, an op the group ran before beats a new one, then
+        sizes it ran before beat new ones (two ranks, one of them passing a new shape)."""
         ops = {e.op for _, at in kv[1] for e in at}
-        return (-len(kv[1]), not ops <= history, min(r for r, _ in kv[1]))
+        new_shape = not set(kv[0]) <= shapes
+        return (-len(kv[1]), not ops <= history, new_shape, min(r for r, _ in kv[1]))
 
     if entered:
         ordered = sorted(entered.items(), key=rank_order)
