@@ -46,7 +46,10 @@ def fr_rank_not_in_collective(evidence: EvidenceSet) -> Iterator[Finding]:
 
     Known false positives:
     A rank whose dump was taken long before the others' (dumps are per rank, not
-    simultaneous) can look behind; the dump times tell.
+    simultaneous) can look behind; the dump times tell. Ranks outside every recorded
+    collective may wait in what the recorder does not record (new_group, a store barrier):
+    when they are most of the group the finding is weak (0.45), when half of it (one rank
+    of two) a tie (0.6), and it says the waiting side may be the odd one.
 
     References:
     PyTorch Flight Recorder tutorial ("Not all ranks joining collective").
@@ -68,12 +71,16 @@ def fr_rank_not_in_collective(evidence: EvidenceSet) -> Iterator[Finding]:
             # Most of the group outside every recorded collective is not a few slow ranks:
             # they likely wait in what the recorder does not record (new_group, a store
             # barrier, gloo's send/recv), and the lone waiter may be the odd one.
+            # Half of it (one rank of two) is no majority either way: the waiter may have
+            # skipped what the other waits in, so it is weighed as a tie.
             crowd = len(ranks) * 2 > point.members
+            half = len(ranks) * 2 == point.members
             unrecorded = (
-                " Most of the group stands outside every recorded collective: they may wait in "
-                "something the recorder does not record (process-group creation, a store "
-                "barrier, gloo's send/recv), and the waiting rank may be the odd one."
-                if crowd
+                f" {'Most' if crowd else 'Half'} of the group stands outside every recorded"
+                " collective: they may wait in something the recorder does not record"
+                " (process-group creation, a store barrier, gloo's send/recv), and the waiting"
+                f" {'rank' if crowd else 'side'} may be the odd one."
+                if crowd or half
                 else ""
             )
             yield Finding(
@@ -88,7 +95,9 @@ def fr_rank_not_in_collective(evidence: EvidenceSet) -> Iterator[Finding]:
                 location=location(first),
                 other_locations=[loc for loc in [location(normal)] if loc],
                 confidence=round(
-                    (0.45 if crowd else 0.85 if all_wait else 0.7) * coverage(point), 3
+                    (0.45 if crowd else 0.6 if half else 0.85 if all_wait else 0.7)
+                    * coverage(point),
+                    3,
                 ),
                 evidence=[item.id, *(point.side_evidence_id(s) for s in idle)][:6],
                 fix=f"Find what {rank_subject(ranks, 'do')} after {last} (dump its stack: "
