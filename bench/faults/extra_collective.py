@@ -15,13 +15,6 @@ from torch import nn
 import triage.probe  # noqa: F401  (a Flight Recorder dump on the probe's signal)
 
 
-def average_gradients(net: nn.Module, world: int) -> None:
-    for p in net.parameters():
-        assert p.grad is not None
-        dist.all_reduce(p.grad)
-        p.grad /= world
-
-
 def main(rank: int, world: int) -> None:
     net, opt = faultjob.model()
     bad = faultjob.culprit()
@@ -32,7 +25,7 @@ def main(rank: int, world: int) -> None:
         nn.functional.mse_loss(net(x), y).backward()
         if rank == bad and step == FAULT_STEP:  # triage: branch
             dist.barrier()  # triage: fault
-        average_gradients(net, world)
+        faultjob.average_gradients(net, world)
         opt.step()
     dist.barrier()
 

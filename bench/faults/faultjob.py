@@ -58,6 +58,14 @@ def batch(rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(8, 16, generator=gen), torch.randn(8, 1, generator=gen)
 
 
+def average_gradients(net: nn.Module, world: int) -> None:
+    """The data-parallel step every fault script shares: one all_reduce per gradient."""
+    for p in net.parameters():
+        assert p.grad is not None
+        dist.all_reduce(p.grad)
+        p.grad /= world
+
+
 def start(main: Main) -> None:
     """Run `main(rank, world)` in a process group, under whichever launcher started us."""
     if os.environ.get("FAULT_LAUNCH") == "spawn":
