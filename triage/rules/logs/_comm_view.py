@@ -13,6 +13,7 @@ from triage.models import Evidence, Finding, Location
 from triage.observations import LogFile, LogSignal, TracebackRecord
 from triage.registry import EvidenceSet
 from triage.rules.logs._signals import (
+    FACTS,
     TEARDOWN_EXCEPTIONS,
     Found,
     Signal,
@@ -25,43 +26,6 @@ from triage.rules.logs._signals import (
 
 P = TypeVar("P", LogSignal, TracebackRecord)
 Traceback = tuple[Evidence, TracebackRecord]
-
-#: Lines that describe the setup or the progress, not a failure: NCCL_DEBUG=INFO's, the
-#: ranks and rows of nccl-tests, per-op COLL traces, a rank's own prints around collectives,
-#: process-group setup announcements, nvidia-smi's rows.
-FACTS = frozenset(
-    {
-        "setup.init_announced",
-        "setup.init_completed",
-        "smi.gpu_row",
-        "smi.gpu_memory",
-        "smi.process_row",
-        "ps.stopped_process",
-        "nccl.tests_rank",
-        "nccl.tests_result",
-        "hang.nccl_coll",
-        "hang.progress_print",
-        "eval.batch_metrics",
-        "hang.native_wait",
-        "hang.main_process_first",
-        "nccl.version",
-        "nccl.bootstrap_interface",
-        "nccl.socket_interfaces",
-        "nccl.ib_devices",
-        "nccl.ib_absent",
-        "nccl.network",
-        "nccl.channel_p2p",
-        "nccl.channel_shm",
-        "nccl.channel_net",
-        "nccl.env_override",
-        "nccl.topology_file",
-        "nccl.init",
-        "nccl.comm_topology",
-        "nccl.iommu",
-        "fabric.nvls_setup",
-        "c10d.store_listening",
-    }
-)
 
 #: Signatures that name a specific comm cause; comm.unknown stays quiet when one is present.
 SPECIFIC = frozenset(

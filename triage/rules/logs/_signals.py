@@ -15,6 +15,45 @@ TEARDOWN_EXCEPTIONS = frozenset(
     {"KeyboardInterrupt", "SystemExit", "SignalException", "ChildFailedError"}
 )
 
+#: Lines that describe the setup or the progress, not a failure: NCCL_DEBUG=INFO's, the
+#: ranks and rows of nccl-tests, per-op COLL traces, a rank's own prints around collectives,
+#: process-group setup announcements, nvidia-smi's rows.
+FACTS = frozenset(
+    {
+        "setup.init_announced",
+        "setup.init_completed",
+        "smi.gpu_row",
+        "smi.gpu_memory",
+        "smi.process_row",
+        "ps.stopped_process",
+        "nccl.tests_rank",
+        "nccl.tests_result",
+        "hang.nccl_coll",
+        "hang.progress_print",
+        "eval.batch_metrics",
+        "hang.native_wait",
+        "hang.main_process_first",
+        "nccl.version",
+        "nccl.bootstrap_interface",
+        "nccl.socket_interfaces",
+        "nccl.ib_devices",
+        "nccl.ib_absent",
+        "nccl.network",
+        "nccl.channel_p2p",
+        "nccl.channel_shm",
+        "nccl.channel_net",
+        "nccl.env_override",
+        "nccl.topology_file",
+        "nccl.init",
+        "nccl.comm_topology",
+        "nccl.iommu",
+        "fabric.nvls_setup",
+        "c10d.store_listening",
+        "printed.rank_value",
+        "printed.metric",
+    }
+)
+
 Signal = tuple[Evidence, LogSignal]
 
 #: One explanation a rule weighs: confidence, what went wrong, the signals that show it, the fix.
@@ -26,6 +65,14 @@ def signals(evidence: EvidenceSet, *names: str) -> list[Signal]:
     found = evidence.payloads(LogSignal)
     wanted = set(names)
     return [(e, s) for e, s in found if not wanted or s.signature in wanted]
+
+
+def shows_failure(evidence: EvidenceSet, *, besides: frozenset[str] = frozenset()) -> bool:
+    """Whether the text shows a failure: a traceback, or a line that is neither a fact of the
+    setup or progress (FACTS) nor one of `besides`."""
+    if tracebacks(evidence, dumps=False):
+        return True
+    return any(s.signature not in FACTS | besides for _, s in signals(evidence))
 
 
 def tracebacks(

@@ -7,8 +7,9 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._comm_view import FACTS
-from triage.rules.logs._signals import Signal, ids, signals, tracebacks
+from triage.rules.logs._signals import Signal, ids, shows_failure, signals
+
+_SEED_LINES = frozenset({"seed.rank_seed"})
 
 
 @rule("logs.same_seed", "wrong.seeding")
@@ -51,7 +52,7 @@ def same_seed(evidence: EvidenceSet) -> Iterator[Finding]:
         by_seed[seed].append(item)
         ranks[seed].add(int(item[1].fields["rank"]))
     shared = [seed for seed, who in ranks.items() if len(who) > 1]
-    if not shared or _failed(evidence):
+    if not shared or shows_failure(evidence, besides=_SEED_LINES):
         return
     seed = shared[0]
     every = sorted(ranks[seed])
@@ -69,14 +70,4 @@ def same_seed(evidence: EvidenceSet) -> Iterator[Finding]:
         " `seed_everything(seed, workers=True)` for DataLoader workers.",
         confirm="print a random draw of the sampling code (torch.rand(1), the first augmentation"
         " parameter) on every rank: identical values confirm it",
-    )
-
-
-def _failed(evidence: EvidenceSet) -> bool:
-    """Whether the text shows a failure: a traceback, or a line that is not a fact of the
-    setup (nvidia-smi rows, NCCL's INFO, process-group announcements) or a seed."""
-    if tracebacks(evidence, dumps=False):
-        return True
-    return any(
-        s.signature not in FACTS and s.signature != "seed.rank_seed" for _, s in signals(evidence)
     )

@@ -9,18 +9,13 @@ that were initialised with different seeds.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[3]))
+
+from tests.rules.torchrun_recording import record_console  # noqa: E402
 
 if __name__ == "__main__":
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
-        "--tee", "3", str(HERE / "job.py"),
-    ]  # fmt: skip
-    with open(HERE / "console.log", "w") as console:
-        subprocess.run(command, stdout=console, stderr=subprocess.STDOUT, timeout=120, check=False)
-    log = HERE / "console.log"
-    log.write_text(log.read_text().replace(str(HERE.parents[2]) + "/", "/src/triage/"))
+    record_console(HERE)

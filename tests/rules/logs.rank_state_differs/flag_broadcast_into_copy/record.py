@@ -1,0 +1,20 @@
+"""Record the evidence of this case from a real job.
+
+    .venv/bin/python tests/rules/logs.rank_state_differs/flag_broadcast_into_copy/record.py
+
+Runs job.py under torchrun (2 CPU gloo ranks, --tee 3) and keeps its console output
+(console.log), the checkout path replaced by /src/triage: each rank's AMP flag, True on rank 0 and False on rank 1 (a broadcast into a temporary copy).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[3]))
+
+from tests.rules.torchrun_recording import record_console  # noqa: E402
+
+if __name__ == "__main__":
+    record_console(HERE)

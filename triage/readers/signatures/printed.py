@@ -1,0 +1,95 @@
+"""Values a job printed about itself: a rank's own prints, and training or evaluation metrics.
+
+When results are wrong, people print what each rank holds (`rank 0: amp=False`,
+`Rank 1. Batch idx: 6, cuts: [...]`, `[rank 0] param sum: 1234.5`) and paste the metrics
+that worry them (`loss: 1.44 | grad_norm: 4.73`, `Acc@1 69.76`, `Mean SISNR is 6.2`).
+Neither is a failure line: the prints are compared across ranks (state that must match and
+does not, data that must differ and does not), and metrics with nothing failing beside
+them say the report is about the numbers.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from triage.readers.signatures import signature
+
+# --- a rank's own print --------------------------------------------------------------------
+
+#: `rank 0: ...`, `Rank 1. ...`, `[rank 0] ...`, `RANK=2 ...`, `Tensor on rank 3: ...`: the
+#: rank named at the start of the line (after at most a few words ending in on/of/from/for),
+#: then what it printed.
+_RANK_PRINT = (
+    r"(?i)^\W{0,4}(?:[a-z_][\w ]{0,30}?\b(?:on|of|from|for|in) )?\[?rank\s?[:#=]?\s?"
+    r"(?P<rank>\d{1,5})\b\]?(?:\s*/\s*\d+)?[\s:.,|)\]-]+(?P<body>\S.{2,})$"
+)
+
+
+def _rank_print(found: re.Match[str]) -> dict[str, Any]:
+    return {"rank": int(found["rank"]), "body": found["body"].strip()[:2000]}
+
+
+signature(
+    "printed.rank_value",
+    _RANK_PRINT,
+    # not `rank` alone: torchrun's `[rank3]:` prefix opens every line of its workers
+    anchors=tuple(f"{word}{sep}" for word in ("rank", "Rank", "RANK") for sep in " :=#"),
+    summary="a line a rank printed about its own state or data (compared across ranks)",
+    extract=_rank_print,
+)
+
+# --- training and evaluation metrics -------------------------------------------------------
+
+_METRIC_WORDS = (
+    "loss",
+    "acc",
+    "accuracy",
+    "precision",
+    "recall",
+    "perplexity",
+    "ppl",
+    "reward",
+    "grad_norm",
+    "gradnorm",
+    "bleu",
+    "rouge",
+    "wer",
+    "cer",
+    "miou",
+    "sisnr",
+    "si-snr",
+    "psnr",
+    "ssim",
+    "auc",
+    "f1",
+    "map",
+    "ap",
+)
+_METRIC = "|".join(re.escape(word) for word in sorted(_METRIC_WORDS, key=len, reverse=True))
+
+#: Words that occur inside ordinary words (`lower`, `capacity`) anchor only as written.
+_AS_WRITTEN = {
+    "ap": ("AP",),
+    "map": ("mAP", "MAP"),
+    "miou": ("mIoU", "MIOU", "miou"),
+    "wer": ("WER",),
+    "cer": ("CER",),
+    "auc": ("AUC",),
+}
+
+signature(
+    "printed.metric",
+    # a metric's name, then `@k` and a number (`Acc@1 69.76`), or an optional qualifier
+    # (`(AP) @[ IoU=0.50 ]`, `/mean@1`) and `:`, `=` or `is` before it, or a space alone
+    # (`loss 2.31`)
+    rf"(?i)\b(?P<metric>(?:(?:train|val|valid|test|eval|mean|avg|top-?[15]|box|mask)[ _/-]?)?"
+    rf"(?:{_METRIC}))(?:@\d+\s+|\b(?:[^\n:=]{{0,60}}?(?:[:=]|\bis\b)\s*|\s+))"
+    r"(?P<value>-?\d*\.\d+(?:e[-+]?\d+)?|-?\d+(?:e[-+]?\d+)?)\b",
+    anchors=tuple(
+        variant
+        for word in _METRIC_WORDS
+        for variant in _AS_WRITTEN.get(word, (word, word.capitalize(), word.upper()))
+    ),
+    summary="a training or evaluation metric the job printed",
+)
