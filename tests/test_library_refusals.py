@@ -362,6 +362,20 @@ def test_a_divisor_that_is_no_parallel_size_is_not_a_world_size_mismatch(tmp_pat
             "config.device_assignment",
             "same GPU",
         ),
+        (
+            "transport/net_socket.cc:578 NCCL WARN NET/Socket : peer 10.0.0.3<55321> message"
+            " truncated : receiving 8388608 bytes instead of 4194304. If you believe your socket"
+            " network is in healthy state, there may be a mismatch in collective sizes or"
+            " environment settings (e.g. NCCL_PROTO, NCCL_ALGO) between ranks",
+            "hang.shape_mismatch",
+            "different sizes to one NCCL collective (8388608 bytes arrived, 4194304 expected)",
+        ),
+        (
+            "transport/net_ib.cc:1064 NCCL WARN NET/IB : req 0/1 tag 7 peer 10.0.0.2<43127>"
+            " collective mismatch error, local size 4096 remote size 8192",
+            "hang.shape_mismatch",
+            "different sizes to one NCCL collective (8192 bytes arrived, 4096 expected)",
+        ),
     ],
     ids=[
         "versions",
@@ -373,6 +387,8 @@ def test_a_divisor_that_is_no_parallel_size_is_not_a_world_size_mismatch(tmp_pat
         "mnnvl-imex",
         "nvlink-p2p-off",
         "nvls-shared-gpu",
+        "socket-size-mismatch",
+        "ib-size-mismatch",
     ],
 )
 def test_nccls_own_check_names_its_cause(tmp_path: Path, warn: str, cause: str, words: str) -> None:
@@ -436,6 +452,17 @@ def test_a_desync_named_rank_that_exited_is_left_to_its_exit(tmp_path: Path) -> 
     files = {"rank0.log": _DESYNC_HEAD + report, "rank1.log": exited}
     found = analyze_files(tmp_path, files).hypotheses
     assert not [h for h in found if h.cause_id == "hang.rank_not_in_collective"]
+
+
+def test_a_dump_signal_after_a_collective_timeout_is_a_hang(tmp_path: Path) -> None:
+    line = (
+        "[rank3]:[E1127 06:50:01.123 ProcessGroupNCCL.cpp:1495] [PG ID 0 PG GUID 0(default_pg)"
+        " Rank 3] Received a dump signal due to a collective timeout from rank 0 and we will"
+        " try our best to dump the debug info. Last enqueued NCCL work: 6, last completed NCCL"
+        " work: 5."
+    )
+    top = analyze_files(tmp_path, {"rank3.log": line}).hypotheses[0]
+    assert top.cause_id.startswith("hang."), top.cause_id
 
 
 def test_nccl_warning_of_no_infiniband_device_is_no_infiniband_fault(tmp_path: Path) -> None:

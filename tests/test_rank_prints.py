@@ -126,3 +126,19 @@ def test_words_that_only_contain_a_metric_name_are_not_metrics(tmp_path: Path, l
 def test_metrics_beside_a_failure_give_way_to_it(tmp_path: Path) -> None:
     found = causes(tmp_path, "[rank1]: step 3 loss: 2.31\n" + WATCHDOG)
     assert found and found[0].startswith("hang.") and "wrong.unknown" not in found
+
+
+@pytest.mark.parametrize(
+    ("symptom", "rule"),
+    [
+        ("wrong-results", "logs.metrics_only"),
+        ("hang", "logs.log_stops"),
+        ("oom", "engine.fallback"),
+    ],
+)
+def test_a_named_symptom_keeps_only_the_readings_of_its_own_family(
+    tmp_path: Path, symptom: str, rule: str
+) -> None:
+    text = "2024-01-02 10:00:00 INFO step 100 loss: 2.31\n"
+    found = analyze_files(tmp_path, {"t.log": text}, symptom=symptom).hypotheses
+    assert [h.rule_id for h in found] == [rule]

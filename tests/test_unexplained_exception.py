@@ -121,4 +121,6 @@ def test_an_error_line_no_rule_reads_is_a_failure_without_a_name(tmp_path: Path,
 
 @pytest.mark.parametrize("line", ["epoch 3: 0 errors", "INFO ERRORS_SEEN=0", "no error so far"])
 def test_words_about_errors_are_no_error_line(tmp_path: Path, line: str) -> None:
-    assert analyze_files(tmp_path, {"rank0.log": f"{line}\n"}).hypotheses == []
+    found = analyze_files(tmp_path, {"rank0.log": f"{line}\n"}).hypotheses
+    # a logger's line may be where a log stopped; none is read as an error
+    assert [h.rule_id for h in found if h.rule_id != "logs.log_stops"] == []

@@ -20,6 +20,7 @@ from triage.readers import signatures
 from triage.readers.log_prefilter import MAX_LINE
 from triage.readers.log_series import Tally
 from triage.readers.logscan import ScanResult, dump_state, scan_files
+from triage.readers.signatures.printed import is_printed
 from triage.registry import ToolError, ToolOutput, tool
 from triage.text import agree, bound_text, plural
 
@@ -60,12 +61,15 @@ def scan_logs(log_files: list[str]) -> ToolOutput:
         if r.unwrapped
     ]
     signals = sum(1 for e in evidence if e.kind == "log_signal")
+    failures = sum(
+        1 for e in evidence if e.kind == "log_signal" and not is_printed(e.data["signature"])
+    )
     tracebacks = sum(1 for e in evidence if e.kind == "traceback")
     text = (
         f"{plural(len(log_files), 'file')}: {plural(signals, 'signature line')}, "
         f"{plural(tracebacks, 'traceback/stack dump')}"
     )
-    if not signals and not tracebacks:
+    if not failures and not tracebacks:
         gaps.append(
             Gap(
                 source=log_files[0] if len(log_files) == 1 else plural(len(log_files), "file"),

@@ -18,8 +18,8 @@ from pydantic import BeforeValidator
 
 from triage.advice import useful_steps
 from triage.grouping import group_ranks
-from triage.models import Finding, Gap, Report
-from triage.observations import LogFile
+from triage.models import Evidence, Finding, Gap, Report
+from triage.observations import LogFile, LogSignal
 from triage.playbooks import (
     UNKNOWN_SYMPTOM,
     Playbook,
@@ -28,6 +28,7 @@ from triage.playbooks import (
     symptom_playbooks,
 )
 from triage.plugins import load_all, load_rules, rule_families
+from triage.readers.signatures.printed import is_printed
 from triage.registry import (
     REGISTRY,
     RULES,
@@ -126,9 +127,30 @@ def redecide(
 def found_evidence(report: Report) -> bool:
     """Whether anything beyond the list of files read was found: a log with no failure
     line is evidence beside its peers' (a rank that logged nothing), not on its own, unless
-    a rule read something from where it stops."""
-    read = any(h.rule_id != _FALLBACK_RULE for h in report.hypotheses)
-    return read or any(e.kind != LogFile.EVIDENCE_KIND for e in report.evidence)
+    a rule read something from where it stops. Readings of text that shows no failure (its
+    metrics, a log that stops mid-run) are reported, but are not a failure found."""
+    read = any(h.rule_id != _FALLBACK_RULE and not _without_failure(h) for h in report.hypotheses)
+    return read or any(e.kind != LogFile.EVIDENCE_KIND and not _printed(e) for e in report.evidence)
+
+
+def _fits_symptom(finding: Finding, playbook: Playbook) -> bool:
+    """A reading of text that shows no failure stands only in its own family where the user
+    named the symptom: `triage oom` on a log of metrics is an OOM not shown, not wrong
+    results."""
+    named = playbook.symptom != UNKNOWN_SYMPTOM
+    return not (named and _without_failure(finding)) or (
+        symptom_of(finding.cause_id) == playbook.symptom
+    )
+
+
+def _without_failure(finding: Finding) -> bool:
+    """A finding of a rule that reads text showing no failure (metrics, a log that stops)."""
+    return finding.rule_id in RULES and RULES[finding.rule_id].without_failure
+
+
+def _printed(item: Evidence) -> bool:
+    """A line the job printed about itself (a rank's value, a metric): not a failure."""
+    return item.kind == LogSignal.EVIDENCE_KIND and is_printed(str(item.data.get("signature")))
 
 
 def gather(playbook: Playbook, targets: dict[str, Any], registry: Registry = REGISTRY) -> Report:
@@ -179,6 +201,7 @@ def decide(playbook: Playbook, report: Report) -> Report:
         findings = [finding for _, finding in run_rules(select(["*"]), evidence)]
     except Exception as exc:  # a rule bug must not lose the evidence already gathered
         report.notes.append(f"rule evaluation failed: {type(exc).__name__}: {exc}")
+    findings = [f for f in findings if _fits_symptom(f, playbook)]
     if not findings and playbook.fallback_cause:
         findings.append(_fallback(playbook, report))
     report.hypotheses = rank(findings)
@@ -188,14 +211,15 @@ def decide(playbook: Playbook, report: Report) -> Report:
 
 
 #: A verdict below this names no symptom: its family is itself a guess (a failure whose
-#: exception is missing), so the intake's own next steps (every rank's log) stand.
+#: exception is missing), so the intake's own next steps (every rank's log) stand. So does
+#: a reading of text that shows no failure (`Rule.without_failure`).
 HAND_OVER_MIN = 0.1
 
 
 def hand_over(report: Report, by_symptom: dict[str, Playbook]) -> Report:
     """The intake's best hypothesis names the symptom; its playbook gives the next steps."""
     top = report.verdict
-    named = top is not None and top.confidence >= HAND_OVER_MIN
+    named = top is not None and top.confidence >= HAND_OVER_MIN and not _without_failure(top)
     playbook = by_symptom.get(symptom_of(top.cause_id)) if top and named else None
     if playbook is not None:
         report.symptom, report.playbook = playbook.symptom, playbook.name

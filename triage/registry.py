@@ -419,6 +419,9 @@ class Rule:
     original: Detector
     #: Its findings stand only where no other rule found anything (`engine.rank`).
     last_resort: bool = False
+    #: It reads text that shows no failure (metrics, where a log stops): its findings are
+    #: readings to weigh, and the run still found no failure (`engine.found_evidence`).
+    without_failure: bool = False
 
     @property
     def title(self) -> str:
@@ -445,13 +448,14 @@ def parse_doc(text: str) -> dict[str, str]:
 
 
 def rule(
-    rule_id: str, cause_id: str, *, last_resort: bool = False
+    rule_id: str, cause_id: str, *, last_resort: bool = False, without_failure: bool = False
 ) -> Callable[[Detector], Detector]:
     """Register a detector; its docstring must hold every section of DOC_SECTIONS.
 
     The registered detector stamps `rule_id` and `cause_id` on every finding it yields,
     so a rule names them once, here. A `last_resort` rule's findings give way to any other
-    rule's: it says which kind of failure the text shows when nothing names its cause.
+    rule's: it says which kind of failure the text shows when nothing names its cause. A
+    `without_failure` rule reads text that shows none (implies `last_resort`).
     """
 
     def decorate(detect: Detector) -> Detector:
@@ -470,7 +474,15 @@ def rule(
                 finding.rule_id, finding.cause_id = rule_id, cause_id
                 yield finding
 
-        RULES[rule_id] = Rule(rule_id, cause_id, stamped, doc, detect, last_resort)
+        RULES[rule_id] = Rule(
+            rule_id,
+            cause_id,
+            stamped,
+            doc,
+            detect,
+            last_resort or without_failure,
+            without_failure,
+        )
         return detect
 
     return decorate

@@ -36,6 +36,7 @@ from triage.readers.log_prefilter import MAX_LINE, RangeScan, last_line
 from triage.readers.log_runs import writer_of
 from triage.readers.log_series import SeriesBook, Tally
 from triage.readers.object_bounds import check_json
+from triage.readers.signatures.printed import is_printed
 from triage.readers.stacks import classify
 
 MAX_ERROR_FILE = 16 << 20
@@ -84,7 +85,9 @@ class ScanResult:
         named = file_origin(self.path).rank
         if named is not None or self.folder_rank is not None:
             return named if named is not None else self.folder_rank
-        ranks = {s.rank for s in self.signals} | {t.rank for t in self.tracebacks}
+        # a rank's own print (`rank 3: amp=True`) may sit in any file: it names no writer
+        ranks = {s.rank for s in self.signals if not is_printed(s.signature)}
+        ranks |= {t.rank for t in self.tracebacks}
         ranks.discard(None)
         return ranks.pop() if len(ranks) == 1 else None
 

@@ -30,6 +30,7 @@ from triage.observations import (
     RankState,
     TracebackRecord,
 )
+from triage.readers.signatures.printed import is_printed
 from triage.registry import EvidenceSet, collector_paused
 from triage.render import confidence_label, llm_lines, short_path
 from triage.render.charts import (
@@ -466,6 +467,8 @@ def _firsts(evidence: EvidenceSet) -> dict[int, FirstError]:
 
 def _error_lines(evidence: EvidenceSet) -> Iterable[tuple[Evidence, tuple[str, int], str, str]]:
     for item, signal in evidence.payloads(LogSignal):
+        if is_printed(signal.signature):  # a rank's own print or a metric: not an error
+            continue
         what = signal.signature + (" (reports a peer)" if signal.peer_symptom else "")
         yield item, (signal.path, signal.line), what, signal.text
     for item, record in evidence.payloads(TracebackRecord):

@@ -14,7 +14,7 @@ signature(
     "generic.collective_stall",
     r"collective operation timeout|Detected mismatch between collectives|"
     r"Timeout\(ms\)=\d+|ncclCommWatchdog|checkTimeout|[Ss]tall(?:ed)? (?:[Ii]nspector|ranks?)|"
-    r"missing ranks:",
+    r"missing ranks:|due to a collective timeout",
     anchors=(
         "collective operation timeout",
         "Detected mismatch between collectives",
@@ -26,6 +26,9 @@ signature(
         "tall rank",
         "talled rank",
         "missing ranks:",
+        # ProcessGroupNCCL (torch >= 2.3): `Received a dump signal due to a collective
+        # timeout from rank 0 and we will try our best to dump the debug info.`
+        "due to a collective timeout",
     ),
     summary="a collective timed out, stalled or mismatched across ranks (cause not named)",
 )

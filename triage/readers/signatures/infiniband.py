@@ -94,10 +94,12 @@ signature(
 # Any WARN of NCCL's InfiniBand transport (`NCCL WARN NET/IB : ...`): the device, a queue
 # pair, its resiliency path, RoCE's setup. The specific ones above name the fault; this one
 # says only that it is in the InfiniBand transport. NCCL prints the absence of a device as
-# INFO, but some builds warn it: that is not a failure.
+# INFO, but some builds warn it: that is not a failure; nor is a collective's size mismatch
+# the transport caught (nccl.net_size_mismatch).
 signature(
     "nccl.ib_warn",
-    r"NCCL WARN NET/IB(?:/\w+)?(?!\s*:?\s*No device found)\s*:?\s*(?P<what>\S.*)",
+    r"NCCL WARN NET/IB(?:/\w+)?(?!\s*:?\s*(?:No device found|req \d+/\d+ tag \w+ peer \S+"
+    r" collective mismatch error))\s*:?\s*(?P<what>\S.*)",
     anchors="NCCL WARN NET/IB",
     summary="NCCL's InfiniBand transport warned of a failure",
 )

@@ -351,6 +351,28 @@ signature(
     summary="a bootstrap peer sent a message of the wrong size (mismatched NCCL builds or a foreign job)",
 )
 
+
+def _net_sizes(found: re.Match[str]) -> dict[str, Any]:
+    received = found["received"] or found["remote"]
+    expected = found["expected"] or found["local"]
+    return {"received": received, "expected": expected}
+
+
+# NCCL's network transports check each message against the receive the rank posted: a peer
+# that sends more than this rank's collective holds means the ranks called collectives of
+# different sizes (or with different NCCL_PROTO/NCCL_ALGO); NCCL >= 2.12 says so, and
+# returns ncclInvalidUsage.
+signature(
+    "nccl.net_size_mismatch",
+    r"NET/\w+ : (?:peer \S+ )?message truncated : receiving (?P<received>\d+) bytes instead of"
+    r" (?P<expected>\d+)|NET/\w+ : req \d+/\d+ tag \w+ peer \S+ collective mismatch error,"
+    r" local size (?P<local>\d+) remote size (?P<remote>\d+)",
+    anchors=("message truncated : receiving", "collective mismatch error, local size"),
+    summary="a peer sent more bytes than this rank's collective holds: the ranks' collectives"
+    " differ in size",
+    extract=_net_sizes,
+)
+
 # --- shared memory ----------------------------------------------------------------------
 
 

@@ -57,6 +57,7 @@ SPECIFIC = frozenset(
         "nccl.topology_unmodelled",
         "ray.version_mismatch",
         "nccl.message_truncated",
+        "nccl.net_size_mismatch",
         "c10d.bind_failed",
         "c10d.listen_failed",
         "c10d.address_in_use",

@@ -9,7 +9,7 @@ from triage.registry import EvidenceSet, rule
 from triage.rules.logs._signals import ids, shows_failure, signals
 
 
-@rule("logs.metrics_only", "wrong.unknown", last_resort=True)
+@rule("logs.metrics_only", "wrong.unknown", without_failure=True)
 def metrics_only(evidence: EvidenceSet) -> Iterator[Finding]:
     """The text shows training or evaluation metrics and no failure: the numbers are the issue.
 

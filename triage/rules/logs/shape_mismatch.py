@@ -42,7 +42,9 @@ def shape_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     DDP's own check of the model across ranks (`DDP expects same model across all ranks`,
     `appears not to match sizes of the same param in process 0`, 0.55); gloo's check of
     the bytes a pair receives (`op.preamble.length <= op.nbytes. 8 vs 4`, `Received data
-    size doesn't match expected size`, 0.7); accelerate's debug-mode check (`Cannot apply
+    size doesn't match expected size`, 0.7) and NCCL's network transports' (`NET/Socket :
+    message truncated : receiving 1048576 bytes instead of 65536`, `NET/IB : ... collective
+    mismatch error, local size 4096 remote size 8192`, 0.6); accelerate's debug-mode check (`Cannot apply
     desired operation due to shape mismatches`, with each process's shape listed: 0.8 naming
     the processes off the majority's shape, 0.7 with no majority).
 
@@ -70,7 +72,7 @@ def shape_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     view = hang_log(evidence)
     candidates = [s for s in view.splits if s.how == "shape"]
     if not candidates:
-        yield from _gloo_sizes(evidence, view)
+        yield from _transport_sizes(evidence, view)
         yield from _process_shapes(evidence, view)
         yield from _same_op(evidence)
         yield from _reshaped(view)
@@ -106,14 +108,15 @@ def _confidence(split: Split) -> float:
     return round(_TRUST[split.ledger.source] * (1.0 if split.decided else 0.85), 3)
 
 
-def _gloo_sizes(evidence: EvidenceSet, view: HangLog) -> Iterator[Finding]:
-    """gloo's own check on a receiving pair: a peer sent more bytes than this rank's
-    collective holds. The ranks met in collectives of different sizes: one tensor sized from
+def _transport_sizes(evidence: EvidenceSet, view: HangLog) -> Iterator[Finding]:
+    """gloo's or NCCL's network check on a receiving pair: a peer sent more bytes than this
+    rank's collective holds. The ranks met in collectives of different sizes: one tensor sized from
     the rank's data (or a list of another length), or a different collective at that point;
     the bytes do not say which rank is odd."""
-    found = signals(evidence, "gloo.size_mismatch")
+    found = signals(evidence, "gloo.size_mismatch", "nccl.net_size_mismatch")
     if not found:
         return
+    nccl = any(s.signature == "nccl.net_size_mismatch" for _, s in found)
     sizes = next(
         (
             f" ({s.fields['received']} bytes arrived, {s.fields['expected']} expected)"
@@ -124,20 +127,24 @@ def _gloo_sizes(evidence: EvidenceSet, view: HangLog) -> Iterator[Finding]:
     )
     receivers = ranks_of(s for _, s in found)  # where the check fired, not the odd rank
     yield Finding(
-        title=f"the ranks passed different sizes to one gloo collective{sizes}",
-        summary="gloo's receiving side got more bytes than its own collective holds, so the"
-        " ranks were in collectives of different sizes: a tensor sized from the rank's data"
-        " (a last batch, filtered samples, an object list of another length), or a different"
-        " collective at that point. gloo does not say which rank's size is the odd one.",
+        title=f"the ranks passed different sizes to one {'NCCL' if nccl else 'gloo'}"
+        f" collective{sizes}",
+        summary=f"{'NCCL' if nccl else 'gloo'}'s receiving side got more bytes than its own"
+        " collective holds, so the ranks were in collectives of different sizes: a tensor sized"
+        " from the rank's data (a last batch, filtered samples, an object list of another"
+        " length), or a different collective at that point"
+        + (", or NCCL_PROTO/NCCL_ALGO set differently on some ranks" if nccl else "")
+        + ". The transport does not say which rank's size is the odd one.",
         ranks=[],
         # the pair's check runs on gloo's thread; a peer's traceback holds the collective
         location=view.location(receivers) or comm_view(evidence).location([]),
-        confidence=0.7,
+        confidence=0.6 if nccl else 0.7,
         evidence=ids(found[:8]),
         fix="Give the collective the same shape and dtype on every rank: pad to a common size"
         " after exchanging sizes, use all_gather_object for ragged data, pass"
         " broadcast_object_list a list of the same length everywhere; and check that every"
-        " rank reaches the same collectives in the same order.",
+        " rank reaches the same collectives in the same order"
+        + ("; set NCCL_PROTO and NCCL_ALGO alike on every rank, or on none." if nccl else "."),
         confirm="TORCH_DISTRIBUTED_DEBUG=DETAIL names the collective and each rank's shapes",
     )
 
