@@ -94,6 +94,36 @@ def test_each_recorded_refusal_names_its_cause(name: str, cause: str, words: str
             "mtia accelerator",
         ),
         (
+            "ValueError: Tried to launch on distributed with multinode, but `MASTER_ADDR` env was"
+            " not set, please try exporting rank 0's hostname as `MASTER_ADDR`",
+            "config.env_missing",
+            "MASTER_ADDR not set",
+        ),
+        (
+            "NotImplementedError: Using RTX 4000 series doesn't support faster communication"
+            ' broadband via P2P or IB. Please set `NCCL_P2P_DISABLE="1"` and `NCCL_IB_DISABLE="1"'
+            " or use `accelerate launch` which will do this automatically.",
+            "comm.p2p_unsupported",
+            "peer access between local GPUs failed",
+        ),
+        (
+            "RuntimeError: Distributed package doesn't have XCCL built in",
+            "config.backend_device",
+            "not available on this machine",
+        ),
+        (
+            "ValueError: monitored_barrier requires a group with a CPU-capable backend (e.g."
+            " GLOO).",
+            "config.backend_device",
+            "runs on gloo",
+        ),
+        (
+            "ValueError: device_id 4 is out of range. Please use a device index less than the"
+            " number of accelerators available: 2.",
+            "config.device_assignment",
+            "GPU index its host does not have",
+        ),
+        (
             "RuntimeError: FSDP only supports single device modules but got params on"
             " {device(type='cpu'), device(type='cuda', index=0)}",
             "config.device_assignment",
@@ -235,6 +265,11 @@ def test_each_recorded_refusal_names_its_cause(name: str, cause: str, words: str
         "nccl-dtype",
         "nccl-sparse",
         "accelerator-backend",
+        "accelerate-master-addr",
+        "accelerate-rtx-4000",
+        "xccl-not-built",
+        "monitored-barrier-no-gloo",
+        "device-id-out-of-range",
         "fsdp-devices",
         "nvml-visible",
         "dtensor-dim",

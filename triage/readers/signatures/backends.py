@@ -40,13 +40,29 @@ signature(
     r"ProcessGroupNCCL is only supported with GPUs, no GPUs found"
     r"|\bnccl2? requires at least one CUDA device"
     # the message, or torch's source line raising it, shown in a traceback (two literals)
-    r"""|Distributed package doesn't have (?P<backend>NCCL|MPI|UCC|Gloo)(?: " "| )built in""",
+    r"""|Distributed package doesn't have (?P<backend>NCCL|MPI|UCC|Gloo|XCCL)(?: " "| )built in""",
     anchors=(
         "ProcessGroupNCCL is only supported with GPUs",
         "requires at least one CUDA device",
         "Distributed package doesn't have",
     ),
     summary="the chosen backend cannot run here (NCCL without a GPU, a backend missing from this build)",
+)
+
+# monitored_barrier and TORCH_DISTRIBUTED_DEBUG=DETAIL's wrapper run their checks on gloo,
+# and DCP's async_save its staging: on a group without a CPU backend torch refuses them.
+signature(
+    "setup.needs_gloo",
+    r"monitored_barrier requires a group with a CPU-capable backend"
+    r"|ProcessGroupWrapper unsupported without GLOO backend"
+    # torch.distributed.checkpoint's async_save stages on the CPU
+    r"|A CPU backend must be enabled for async save",
+    anchors=(
+        "monitored_barrier requires a group with a CPU-capable backend",
+        "ProcessGroupWrapper unsupported without GLOO backend",
+        "A CPU backend must be enabled for async save",
+    ),
+    summary="monitored_barrier, the DETAIL debug wrapper or async_save met a group without gloo",
 )
 
 signature(

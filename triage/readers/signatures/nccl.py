@@ -462,13 +462,14 @@ signature(
     r"(?P<what>peer access is not supported between these two devices"
     r"|failed to open CUDA IPC handle|cudaIpc(?:Open|Get)MemHandle\w*\)? (?:failed|returned)"
     # accelerate's refusal on consumer cards without NCCL_P2P_DISABLE/NCCL_IB_DISABLE set
-    r"|Using RTX 3090 or 4000 series doesn't support faster communication)",
+    r"|Using RTX (?:3090 or )?4000 series doesn't support faster communication)",
     anchors=(
         "peer access is not supported",
         "failed to open CUDA IPC handle",
         "cudaIpcOpenMemHandle",
         "cudaIpcGetMemHandle",
         "Using RTX 3090 or 4000 series",
+        "Using RTX 4000 series",
     ),
     summary="CUDA peer access / IPC between two local GPUs failed",
 )

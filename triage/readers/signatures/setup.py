@@ -115,14 +115,16 @@ signature(
 )
 
 # A library naming the launcher variable it could not find (torch's get_node_local_rank:
-# `LOCAL_RANK is not in the environment`; `environment variable MASTER_PORT is not set`).
+# `LOCAL_RANK is not in the environment`; `environment variable MASTER_PORT is not set`;
+# accelerate's `` `MASTER_ADDR` env was not set``).
 signature(
     "setup.env_named_missing",
-    r"\b(?:environment variable )?(?P<variable>"
+    r"\b(?:environment variable )?[`'\"]?(?P<variable>"
     + "|".join(LAUNCHER_VARIABLES)
-    + r")\b(?: environment variable)? (?:is not|isn't|was not|not) (?:set|defined|found|"
-    r"in the environment)",
-    anchors=tuple(f"{name} " for name in LAUNCHER_VARIABLES),
+    + r")\b[`'\"]?(?: env(?:ironment variable)?)? (?:is not|isn't|was not|not) (?:set|defined|"
+    r"found|in the environment)",
+    # accelerate: "but `MASTER_ADDR` env was not set"
+    anchors=tuple(f"{name}{end}" for name in LAUNCHER_VARIABLES for end in (" ", "`", "'", '"')),
     summary="a library names a launcher variable that is not in the process's environment",
 )
 
@@ -193,8 +195,15 @@ signature(
     "setup.invalid_device_ordinal",
     r"invalid device ordinal"
     r"|The device index is out of range\. It must be in \[0, (?P<devices>\d+)\), but got"
-    r" (?P<index>-?\d+)",
-    anchors=("invalid device ordinal", "The device index is out of range. It must be in"),
+    r" (?P<index>-?\d+)"
+    # init_process_group's device_id (torch >= 2.8)
+    r"|device_id (?P<device_id>\d+) is out of range\. Please use a device index less than the"
+    r" number of accelerators available",
+    anchors=(
+        "invalid device ordinal",
+        "The device index is out of range. It must be in",
+        "is out of range. Please use a device index less than",
+    ),
     summary="a rank asked for a GPU index this host (or its CUDA_VISIBLE_DEVICES) does not have",
 )
 

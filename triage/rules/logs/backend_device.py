@@ -21,6 +21,11 @@ _FIX_DEVICE = (
     "init_process_group(backend='cpu:gloo,cuda:nccl'), or a separate gloo group "
     "(dist.new_group(backend='gloo')) for CPU-side collectives."
 )
+_FIX_GLOO = (
+    "monitored_barrier, TORCH_DISTRIBUTED_DEBUG=DETAIL's wrapper and DCP's async_save run on"
+    " gloo: give the process group a CPU backend too (init_process_group(backend='cuda:nccl,cpu:gloo')), or"
+    " pass monitored_barrier a gloo group of its own (dist.new_group(backend='gloo'))."
+)
 _FIX_UNAVAILABLE = (
     "Use a backend this machine has: gloo on CPU-only hosts, Windows and macOS (NCCL needs "
     "Linux and a CUDA GPU); check torch.cuda.is_available() and pick the backend from it "
@@ -66,7 +71,10 @@ def backend_device(evidence: EvidenceSet) -> Iterator[Finding]:
 
     What it detects:
     `ProcessGroupNCCL is only supported with GPUs, no GPUs found!`, `nccl requires at least
-    one CUDA device`, `Distributed package doesn't have NCCL built in`; no GPU usable at all
+    one CUDA device`, `Distributed package doesn't have NCCL built in`; `monitored_barrier
+    requires a group with a CPU-capable backend` and `ProcessGroupWrapper unsupported without
+    GLOO backend`, `A CPU backend must be enabled for async save` (0.85: work that runs on
+    gloo, on a group without it); no GPU usable at all
     (0.7: `Found no NVIDIA driver on your system`, `couldn't communicate with the NVIDIA
     driver`, Docker's `could not select device driver "" with capabilities: [[gpu]]`, CUDA
     tensors deserialized where `torch.cuda.is_available() is False`); `No backend type
@@ -109,6 +117,9 @@ def backend_device(evidence: EvidenceSet) -> Iterator[Finding]:
         found.append(
             (0.9, "the backend is not available on this machine", unavailable, _FIX_UNAVAILABLE)
         )
+    gloo = signals(evidence, "setup.needs_gloo")
+    if gloo:
+        found.append((0.85, "a check that runs on gloo met a group without it", gloo, _FIX_GLOO))
     no_gpu = signals(evidence, "setup.no_gpu_usable")
     if no_gpu:
         found.append((0.7, "no GPU is usable in this process", no_gpu, _FIX_NO_GPU))
