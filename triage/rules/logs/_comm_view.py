@@ -253,6 +253,22 @@ class CommView:
             return False
         return self.silent()
 
+    def closed_in_setup(self) -> list[Signal]:
+        """NCCL's `Connection closed by remote peer` where no peer can have died of its own:
+        no rank's own failure, and the failed call traced back through the bootstrap, or a
+        job of one rank (its sockets run to its own proxy and bootstrap threads)."""
+        closed = self.of("nccl.socket_closed")
+        if not closed or self.origins:
+            return []
+        booting = any(
+            re.search(r"(^|/)bootstrap\.cc$", str(s.fields["file"]))
+            for _, s in self.of("nccl.error_trace")
+        )
+        tested = {s.fields.get("test_rank") for _, s in self.of("nccl.tests_rank")}
+        sizes = {s.fields.get("nranks") for _, s in self.of("nccl.init")}
+        alone = (tested == {0} and sizes <= {1}) or (sizes == {1} and tested <= {0})
+        return closed if booting or alone else []
+
     def tests_stalled(self) -> bool:
         """nccl-tests named its ranks and measured no size, with no error: its first
         collective never returned (or the paste stops there)."""

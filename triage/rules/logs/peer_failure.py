@@ -39,7 +39,8 @@ def peer_failure(evidence: EvidenceSet) -> Iterator[Finding]:
 
     Known false positives:
     A real network fault (cable, switch, firewall) also resets connections; with no origin
-    visible this rule still names the witnesses, at low confidence.
+    visible this rule still names the witnesses, at low confidence (lower still where the
+    connection closed during NCCL's bootstrap or the job has one rank: comm.rendezvous).
 
     References:
     torch.distributed.elastic error propagation (`@record`, error files); gloo pair.cc
@@ -62,7 +63,8 @@ def peer_failure(evidence: EvidenceSet) -> Iterator[Finding]:
                 "in these logs."
             ),
             ranks=[],
-            confidence=0.45,
+            # closed while NCCL set up, or with no other rank to die: the setup's own sockets
+            confidence=0.3 if view.closed_in_setup() else 0.45,
             evidence=witness_ids[:8],
             fix=(
                 "Collect the logs of the other ranks and the launcher's failure report "

@@ -34,6 +34,13 @@ _REACH_FIX = (
     "an IP on the data network, the port open in the firewall, and the store started "
     "(node 0 launched) before the others time out."
 )
+_CLOSED_FIX = (
+    "Something on the host closed NCCL's bootstrap or proxy sockets while the ranks set up: a"
+    " security or firewall agent that inspects local connections, a port scanner, or another"
+    " process connecting to the bootstrap port (NCCL before 2.27.3 aborts when such a"
+    " connection closes early). Check the hosts' security software and firewall rules for"
+    " NCCL's ports, try NCCL_SOCKET_IFNAME on the interface the ranks share, and upgrade NCCL."
+)
 _LIBUV_FIX = (
     "Use the store's classic backend: set USE_LIBUV=0 in the environment (torchrun and "
     "init_process_group read it), `use_libuv=0` in an env:// or tcp:// init_method's query, or "
@@ -56,6 +63,9 @@ def rendezvous(evidence: EvidenceSet) -> Iterator[Finding]:
     TCPStore client's bare `Socket Timeout` or `Stop_waiting response is expected`; weaker
     still (0.2), a log that stops right after the process group's setup began (the store's
     server listening, a framework's announcement) with no word that every rank joined.
+    NCCL's `Connection closed by remote peer` with no rank's own failure, traced back
+    through bootstrap.cc or in a job of one rank (0.4): no peer died; something closed the
+    setup's sockets.
 
     Why it happens:
     A second job (or a stale one) on the same host uses the default port 29500/29400;
@@ -197,6 +207,11 @@ def _findings(view: CommView) -> list[Found]:
     unrouted = view.of("c10d.unreachable")
     if unrouted and not refused and not unreached and not peers and not _web(unrouted):
         found.append((0.3, "a host is unreachable from this one", unrouted, _REACH_FIX))
+    closed = view.closed_in_setup()
+    if closed:
+        found.append(
+            (0.4, "NCCL's own setup connections were closed under it", closed, _CLOSED_FIX)
+        )
     return found
 
 

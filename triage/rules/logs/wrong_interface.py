@@ -210,9 +210,11 @@ def _findings(view: CommView) -> list[Found]:
         (e, s) for e, s in view.of("nccl.error_trace") if _BOOTSTRAP.search(str(s.fields["file"]))
     ]
     if bootstrap and not found:
+        # a connection the peer closed was made: the interface carried it
+        reached = bool(view.closed_in_setup())
         found.append(
             (
-                0.45 if multi is not False else 0.35,
+                0.3 if reached else 0.45 if multi is not False else 0.35,
                 "NCCL's bootstrap failed in its socket calls",
                 bootstrap + view.of("nccl.bootstrap_interface", "nccl.ib_devices"),
                 _IFNAME_FIX.format(var="NCCL_SOCKET_IFNAME")
