@@ -142,3 +142,28 @@ def test_a_named_symptom_keeps_only_the_readings_of_its_own_family(
     text = "2024-01-02 10:00:00 INFO step 100 loss: 2.31\n"
     found = analyze_files(tmp_path, {"t.log": text}, symptom=symptom).hypotheses
     assert [h.rule_id for h in found] == [rule]
+
+
+def test_tensor_parallel_ranks_with_different_batches(tmp_path: Path) -> None:
+    text = "".join(
+        f"[2026-03-01 10:00:0{tp} TP{tp}] Prefill batch. #new-seq: {2 if tp < 2 else 3}\n"
+        for tp in range(4)
+    )
+    top = analyze_files(tmp_path, {"server.log": text}).hypotheses[0]
+    assert (top.cause_id, top.rule_id) == ("hang.mismatched_collective", "logs.tp_ranks_diverge")
+    assert "TP0: #new-seq=2" in top.summary and "TP3: #new-seq=3" in top.summary
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # memory and timing differ per rank by design
+        "[t TP0] Load weight end. avail mem=37.21 GB\n[t TP1] Load weight end. avail mem=37.23 GB\n",
+        # the same batch on every rank
+        "TP0: batch_size()=24\nTP1: batch_size()=24\n",
+        # the device follows the rank's own number
+        "TP0: device=cuda:0\nTP1: device=cuda:1\n",
+    ],
+)
+def test_tensor_parallel_values_that_may_differ_or_agree(tmp_path: Path, text: str) -> None:
+    assert "hang.mismatched_collective" not in causes(tmp_path, text)

@@ -48,6 +48,20 @@ signature(
     extract=_rank_print,
 )
 
+# A tensor-parallel rank's own line: `TP3: batch_size()=25, ...`, or an inference engine's
+# log prefix naming it (`[2025-02-22 08:19:45 TP26] ...`). The ranks of one tensor-parallel
+# group run in lockstep on the same inputs.
+signature(
+    "printed.tp_rank_value",
+    r"^\W{0,2}(?:\[[^\]]{0,40}?\b)?TP(?P<tp_rank>\d{1,4})\b(?:\]|:)\s*(?P<body>\S.{2,})$",
+    anchors=tuple(f"TP{digit}" for digit in "0123456789"),
+    summary="a line a tensor-parallel rank printed about its own inputs (compared across the group)",
+    extract=lambda found: {
+        "tp_rank": int(found["tp_rank"]),
+        "body": found["body"].strip()[:2000],
+    },
+)
+
 # --- training and evaluation metrics -------------------------------------------------------
 
 _METRIC_WORDS = (

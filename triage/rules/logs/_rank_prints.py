@@ -17,7 +17,7 @@ from triage.rules.logs._signals import Signal, signals
 
 #: `key: value` / `key=value`, the value a bracketed list, a quoted string or one token.
 _PAIR = re.compile(
-    r"(?P<key>[A-Za-z_][\w.]*(?:\(\))?)\s*[:=]\s*"
+    r"(?P<key>#?[A-Za-z_][\w.-]*(?:\(\))?)\s*[:=]\s*"
     r"(?P<value>\[[^\]]*\]?|\([^)]*\)?|'[^']*'|\"[^\"]*\"|[^\s,;|]+)"
 )
 #: Where in the run a print was made (`step 3`, `Batch idx: 6`, `epoch=2`), not what it holds.
@@ -41,12 +41,16 @@ class Printed:
         return sorted(self.values)
 
 
-def printed(evidence: EvidenceSet) -> list[Printed]:
-    """Every name printed by two or more ranks at the same point; each rank's first value."""
+def printed(evidence: EvidenceSet, *, tensor_parallel: bool = False) -> list[Printed]:
+    """Every name printed by two or more ranks at the same point; each rank's first value.
+    `tensor_parallel`: the prints of tensor-parallel ranks (`TP3: ...`), by their TP rank."""
     table: dict[tuple[str, str], Printed] = {}
-    for item in signals(evidence, "printed.rank_value"):
+    name, field = (
+        ("printed.tp_rank_value", "tp_rank") if tensor_parallel else ("printed.rank_value", "rank")
+    )
+    for item in signals(evidence, name):
         sig = item[1]
-        rank, body = int(sig.fields["rank"]), str(sig.fields["body"])
+        rank, body = int(sig.fields[field]), str(sig.fields["body"])
         at = _POSITION.search(body)
         position = f"{at['key']} {at['n']}" if at else ""
         pairs = [(m["key"], m["value"]) for m in _PAIR.finditer(body)]

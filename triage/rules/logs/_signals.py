@@ -50,6 +50,7 @@ FACTS = frozenset(
         "fabric.nvls_setup",
         "c10d.store_listening",
         "printed.rank_value",
+        "printed.tp_rank_value",
         "printed.metric",
     }
 )
