@@ -134,13 +134,12 @@ def found_evidence(report: Report) -> bool:
 
 
 def _fits_symptom(finding: Finding, playbook: Playbook) -> bool:
-    """A reading of text that shows no failure stands only in its own family where the user
-    named the symptom: `triage oom` on a log of metrics is an OOM not shown, not wrong
-    results."""
+    """A guess at the symptom from text that shows no failure (metrics: wrong results; a log
+    that stops: a hang) gives way to the symptom the user named: `triage oom` on a log of
+    metrics is an OOM not shown, not wrong results."""
+    guess = _without_failure(finding) and finding.cause_id.endswith(".unknown")
     named = playbook.symptom != UNKNOWN_SYMPTOM
-    return not (named and _without_failure(finding)) or (
-        symptom_of(finding.cause_id) == playbook.symptom
-    )
+    return not (named and guess) or symptom_of(finding.cause_id) == playbook.symptom
 
 
 def _without_failure(finding: Finding) -> bool:
@@ -202,7 +201,9 @@ def decide(playbook: Playbook, report: Report) -> Report:
     except Exception as exc:  # a rule bug must not lose the evidence already gathered
         report.notes.append(f"rule evaluation failed: {type(exc).__name__}: {exc}")
     findings = [f for f in findings if _fits_symptom(f, playbook)]
-    if not findings and playbook.fallback_cause:
+    own = any(symptom_of(f.cause_id) == playbook.symptom for f in findings)
+    if playbook.fallback_cause and not own and all(_without_failure(f) for f in findings):
+        # nothing read a failure: the named symptom's unknown stands beside what context says
         findings.append(_fallback(playbook, report))
     report.hypotheses = rank(findings)
     report.rank_groups = group_ranks(evidence)
@@ -249,8 +250,10 @@ def rank(findings: list[Finding]) -> list[Finding]:
 
 
 def _last_resort(finding: Finding) -> bool:
+    """A last-resort rule's finding, or the playbook's fallback (standing beside readings of
+    context, `decide`)."""
     known = RULES.get(finding.rule_id)
-    return known is not None and known.last_resort
+    return finding.rule_id == _FALLBACK_RULE or (known is not None and known.last_resort)
 
 
 def _strength(finding: Finding) -> tuple[float, bool]:

@@ -52,6 +52,8 @@ FACTS = frozenset(
         "printed.rank_value",
         "printed.tp_rank_value",
         "printed.metric",
+        "gpu.topology_row",
+        "gpu.consumer_card",
     }
 )
 
