@@ -56,11 +56,14 @@ signature(
     r"monitored_barrier requires a group with a CPU-capable backend"
     r"|ProcessGroupWrapper unsupported without GLOO backend"
     # torch.distributed.checkpoint's async_save stages on the CPU
-    r"|A CPU backend must be enabled for async save",
+    r"|A CPU backend must be enabled for async save"
+    # vLLM under an external launcher (torchrun) needs gloo beside NCCL for its CPU groups
+    r"|initialized the default process group without a CPU \(gloo\) backend",
     anchors=(
         "monitored_barrier requires a group with a CPU-capable backend",
         "ProcessGroupWrapper unsupported without GLOO backend",
         "A CPU backend must be enabled for async save",
+        "without a CPU (gloo) backend",
     ),
     summary="monitored_barrier, the DETAIL debug wrapper or async_save met a group without gloo",
 )

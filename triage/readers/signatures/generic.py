@@ -14,7 +14,7 @@ signature(
     "generic.collective_stall",
     r"collective operation timeout|Detected mismatch between collectives|"
     r"Timeout\(ms\)=\d+|ncclCommWatchdog|checkTimeout|[Ss]tall(?:ed)? (?:[Ii]nspector|ranks?)|"
-    r"missing ranks:|due to a collective timeout",
+    r"missing ranks:|due to a collective timeout|ranks timed out during dispatch",
     anchors=(
         "collective operation timeout",
         "Detected mismatch between collectives",
@@ -29,6 +29,9 @@ signature(
         # ProcessGroupNCCL (torch >= 2.3): `Received a dump signal due to a collective
         # timeout from rank 0 and we will try our best to dump the debug info.`
         "due to a collective timeout",
+        # vLLM's expert-parallel all2all: `Fault detected in EP all2all communication: one or
+        # more ranks timed out during dispatch/combine.`
+        "ranks timed out during dispatch",
     ),
     summary="a collective timed out, stalled or mismatched across ranks (cause not named)",
 )

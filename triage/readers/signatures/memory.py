@@ -216,6 +216,21 @@ signature(
     summary="an inference engine found no GPU memory left for its KV cache within its budget",
 )
 
+# vLLM checks at start-up that its share of the GPU (gpu_memory_utilization) is still free:
+# `Free memory on device cuda:0 (21.5/79.1 GiB) on startup is less than desired GPU memory
+# utilization (0.9, 71.2 GiB)`. What is missing is held by other processes.
+signature(
+    "memory.engine_startup_free",
+    r"Free memory on device ?(?P<device>[^\s(]*) ?\((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on"
+    r" startup is less than (?:desired GPU memory utilization|the engine's budget)[^(]*"
+    r"\((?P<utilization>[\d.]+), (?P<wanted>[\d.]+) GiB\)",
+    anchors="on startup is less than",
+    summary="an inference engine found less GPU memory free at start-up than its share",
+    extract=lambda found: {
+        key: float(found[key]) for key in ("free", "total", "utilization", "wanted")
+    },
+)
+
 signature(
     "memory.gpu_process_usage",
     rf"Process (?P<process_pid>\d+) has (?P<used>{SIZE}) memory in use",

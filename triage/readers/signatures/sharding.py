@@ -89,6 +89,22 @@ signature(
     summary="the parallel sizes do not multiply to the job's GPU count",
 )
 
+# An inference engine's world (tensor x pipeline parallel) larger than the GPUs it can have:
+# vLLM's `World size (8) is larger than the number of available GPUs (4) in this node` and
+# Ray's placement that cannot be met (`Cannot provide a placement group requiring 8 GPUs`).
+signature(
+    "setup.world_exceeds_gpus",
+    r"World size \((?P<world_size>\d+)\) is larger than the number of available GPUs"
+    r" \((?P<gpus>\d+)\)|Cannot provide a placement group requiring (?P<required>\d+) GPUs"
+    r"|Tensor parallel size may exceed available GPUs",
+    anchors=(
+        "is larger than the number of available GPUs",
+        "Cannot provide a placement group requiring",
+        "Tensor parallel size may exceed available GPUs",
+    ),
+    summary="the engine's world (tensor x pipeline parallel) needs more GPUs than it can have",
+)
+
 # accelerate's checks of the world against the batch and the parallelism plan.
 signature(
     "setup.batch_not_multiple_of_processes",

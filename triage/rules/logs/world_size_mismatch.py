@@ -34,6 +34,7 @@ _KINDS = {
         0.85,
         "the parallelism sizes do not multiply to the number of processes",
     ),
+    "setup.world_exceeds_gpus": (0.8, "the parallel sizes ask for more GPUs than there are"),
 }
 _FIX = (
     "Make the launch and the script agree on the world: nnodes x nproc-per-node must equal "
@@ -118,7 +119,9 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     What it detects:
     `Mesh should not be bigger than default world size N, but found M ranks!`, DeviceMesh's
     homogeneous-hardware and mesh/group checks; `world size (N) is not divisible by ...`,
-    torchtitan's `... != WORLD_SIZE(N)`; `Invalid rank N, rank should be in the interval
+    torchtitan's `... != WORLD_SIZE(N)`; an inference engine's world larger than its GPUs
+    (vLLM's `World size (8) is larger than the number of available GPUs (4)`, Ray's
+    `Cannot provide a placement group requiring 8 GPUs`); `Invalid rank N, rank should be in the interval
     [0, M]` (DistributedSampler), new_group's `Rank N is out of range`; the store-based
     barrier counting more workers than world_size (`world_size=2, worker_count=4`); NCCL's
     bootstrap seeing a different rank count or one rank twice; a checkpoint's
