@@ -101,6 +101,10 @@ def test_a_failure_in_the_text_silences_the_rank_prints(tmp_path: Path) -> None:
         "__main__-Mean SISNR is 6.234192698448896",
         " Average Precision  (AP) @[ IoU=0.50:0.95 | area=   all | maxDets=100 ] = 0.356",
         "epoch 3 train loss 2.61e+02 valid ACC 1.86e-01",
+        # a name that goes on, beside the loop's own memory figure (no failure either)
+        "Epoch [1][500/58633] lr: 1.996e-02, memory: 4851, loss_rpn_cls: 2.5725",
+        # a terminal's colour codes whose ESC was lost in the paste
+        "[31mstep:  5  [32mloss:  5.59510  [38;2;180;60;0mgrad_norm:  2.4778",
     ],
 )
 def test_metrics_without_a_failure_are_a_weak_wrong_results_reading(

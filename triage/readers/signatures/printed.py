@@ -105,9 +105,11 @@ signature(
     "printed.metric",
     # a metric's name, then `@k` and a number (`Acc@1 69.76`), or an optional qualifier
     # (`(AP) @[ IoU=0.50 ]`, `/mean@1`) and `:`, `=` or `is` before it, or a space alone
-    # (`loss 2.31`)
-    rf"(?i)\b(?P<metric>(?:(?:train|val|valid|test|eval|mean|avg|top-?[15]|box|mask)[ _/-]?)?"
-    rf"(?:{_METRIC}))(?:@\d+\s+|\b(?:[^\n:=]{{0,60}}?(?:[:=]|\bis\b)\s*|\s+))"
+    # (`loss 2.31`); a name may go on (`loss_rpn_cls: 2.57`)
+    # (a terminal's colour code may stand before the name where its ESC was lost: `[32mloss`)
+    rf"(?i)(?:\b|(?<=\[\dm)|(?<=\[\d\dm))"
+    rf"(?P<metric>(?:(?:train|val|valid|test|eval|mean|avg|top-?[15]|box|mask)[ _/-]?)?"
+    rf"(?:{_METRIC})(?:_[a-z0-9]+)*)(?:@\d+\s+|\b(?:[^\n:=]{{0,60}}?(?:[:=]|\bis\b)\s*|\s+))"
     r"(?P<value>-?\d*\.\d+(?:e[-+]?\d+)?|-?\d+(?:e[-+]?\d+)?)\b",
     anchors=tuple(
         variant

@@ -54,6 +54,11 @@ FACTS = frozenset(
         "printed.metric",
         "gpu.topology_row",
         "gpu.consumer_card",
+        # a training loop's own memory figures per step
+        "memory.step_usage",
+        "memory.deepspeed_usage",
+        "memory.mm_usage",
+        "memory.torchtune_usage",
     }
 )
 
