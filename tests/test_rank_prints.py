@@ -171,3 +171,29 @@ def test_tensor_parallel_ranks_with_different_batches(tmp_path: Path) -> None:
 )
 def test_tensor_parallel_values_that_may_differ_or_agree(tmp_path: Path, text: str) -> None:
     assert "hang.mismatched_collective" not in causes(tmp_path, text)
+
+
+@pytest.mark.parametrize(
+    ("text", "confidence"),
+    [
+        ("hello from rank -1, world size -1\nhello from rank -1, world size -1\n", 0.5),
+        ("[1,0]<stdout>:rank: 0, world_size: 1\n[1,1]<stdout>:rank: 0, world_size: 1\n", 0.45),
+    ],
+    ids=["minus-one", "each-alone"],
+)
+def test_processes_that_never_joined_one_world(
+    tmp_path: Path, text: str, confidence: float
+) -> None:
+    top = analyze_files(tmp_path, {"job.log": text}).hypotheses[0]
+    assert (top.rule_id, top.confidence) == ("logs.world_not_joined", confidence)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "rank 0 world size 1\nrank 0 world size 1\n",  # one writer, twice
+        "rank 1 / size 4, local rank 1 / local size 4\n",
+    ],
+)
+def test_a_world_that_may_be_right_is_no_finding(tmp_path: Path, text: str) -> None:
+    assert "config.world_size_mismatch" not in causes(tmp_path, text)

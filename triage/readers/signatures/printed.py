@@ -62,6 +62,17 @@ signature(
     },
 )
 
+# A process's own report of its rank and world size (`hello from rank -1, world size -1`,
+# `rank 1 / size 4`, `RANK=0 WORLD_SIZE=1`): what the process group made of it.
+signature(
+    "printed.rank_of_world",
+    r"(?i)\brank\s?[:=]?\s?(?P<rank>-?\d{1,6})\s?[,;/|]?\s?(?:world[ _]?size|size)\s?[:=]?\s?"
+    r"(?P<world>-?\d{1,6})\b",
+    anchors=tuple(f"{word}{sep}" for word in ("rank", "Rank", "RANK") for sep in " :="),
+    summary="a process's own report of its rank and the world size",
+    extract=lambda found: {"rank_seen": int(found["rank"]), "world": int(found["world"])},
+)
+
 # --- training and evaluation metrics -------------------------------------------------------
 
 _METRIC_WORDS = (

@@ -51,6 +51,7 @@ FACTS = frozenset(
         "c10d.store_listening",
         "printed.rank_value",
         "printed.tp_rank_value",
+        "printed.rank_of_world",
         "printed.metric",
         "gpu.topology_row",
         "gpu.consumer_card",
