@@ -190,12 +190,11 @@ def test_log_without_a_known_signature_says_what_to_collect(tmp_path: Path) -> N
     code, report, stderr = analyze(str(path))
     assert code == 1  # like grep: nothing found is not success
     assert stderr.startswith("triage: error: no failure found in what was read: ")
-    # The file's own record (where it ends) and its metrics, read as weak readings of text
-    # without a failure (the numbers may be wrong, or the job stopped there): reported, and
-    # still no failure found.
-    assert {e["kind"] for e in report["evidence"]} == {"log_file", "log_signal"}
-    log = next(e for e in report["evidence"] if e["kind"] == "log_file")
-    assert log["excerpt"] == TRAINING.format(n=4999).strip()
+    # Only the file's own record (where it ends), read as weak readings of text without a
+    # failure (its last numbers may be wrong, or the job stopped there): reported, and still
+    # no failure found.
+    assert [e["kind"] for e in report["evidence"]] == ["log_file"]
+    assert report["evidence"][0]["excerpt"] == TRAINING.format(n=4999).strip()
     assert [(h["rule_id"], h["confidence"]) for h in report["hypotheses"]] == [
         ("logs.metrics_only", 0.12),
         ("logs.log_stops", 0.1),

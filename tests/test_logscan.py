@@ -249,7 +249,6 @@ def test_grep_output_keeps_the_nccl_prefix_of_each_line(tmp_path: Path) -> None:
 
 def test_every_file_knows_its_rank_and_where_it_stops(tmp_path: Path) -> None:
     quiet = scan_file(_write(tmp_path, "rank3.log", "step 1\nstep 2 loss 0.5\n\n"))
-    assert (quiet.rank, quiet.last_line) == (3, "step 2 loss 0.5")
-    assert [s.signature for s in quiet.signals] == ["printed.metric"]  # no failure line
+    assert (quiet.rank, quiet.last_line, quiet.signals) == (3, "step 2 loss 0.5", [])
     report = scan_file(_write(tmp_path, "console.log", ELASTIC_REPORT))
     assert report.rank is None  # a launcher's report names several ranks

@@ -149,10 +149,7 @@ def test_a_named_symptom_keeps_only_the_readings_of_its_own_family(
 
 
 def test_tensor_parallel_ranks_with_different_batches(tmp_path: Path) -> None:
-    text = "".join(
-        f"[2026-03-01 10:00:0{tp} TP{tp}] Prefill batch. #new-seq: {2 if tp < 2 else 3}\n"
-        for tp in range(4)
-    )
+    text = "".join(f"TP{tp}: Prefill batch. #new-seq: {2 if tp < 2 else 3}\n" for tp in range(4))
     top = analyze_files(tmp_path, {"server.log": text}).hypotheses[0]
     assert (top.cause_id, top.rule_id) == ("hang.mismatched_collective", "logs.tp_ranks_diverge")
     assert "TP0: #new-seq=2" in top.summary and "TP3: #new-seq=3" in top.summary
@@ -162,7 +159,7 @@ def test_tensor_parallel_ranks_with_different_batches(tmp_path: Path) -> None:
     "text",
     [
         # memory and timing differ per rank by design
-        "[t TP0] Load weight end. avail mem=37.21 GB\n[t TP1] Load weight end. avail mem=37.23 GB\n",
+        "TP0: Load weight end. avail mem=37.21 GB\nTP1: Load weight end. avail mem=37.23 GB\n",
         # the same batch on every rank
         "TP0: batch_size()=24\nTP1: batch_size()=24\n",
         # the device follows the rank's own number
@@ -197,3 +194,10 @@ def test_processes_that_never_joined_one_world(
 )
 def test_a_world_that_may_be_right_is_no_finding(tmp_path: Path, text: str) -> None:
     assert "config.world_size_mismatch" not in causes(tmp_path, text)
+
+
+def test_metrics_a_few_lines_before_the_end_are_read(tmp_path: Path) -> None:
+    text = "Accuracy: 0.000\nInvalid: 1.000\nOutput throughput: 10103.492 token/s\n"
+    top = analyze_files(tmp_path, {"bench.log": text}).hypotheses[0]
+    assert (top.rule_id, top.cause_id) == ("logs.metrics_only", "wrong.unknown")
+    assert "Accuracy: 0.000" in top.summary

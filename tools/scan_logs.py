@@ -115,6 +115,7 @@ def _evidence(result: ScanResult, ids: Counter[str]) -> list[Evidence]:
         lines=result.lines,
         truncated_hits=result.dropped,
         last_line=result.last_line,
+        tail=result.tail,
         aggregated=result.aggregated,
         noise=result.noise,
     )

@@ -71,6 +71,9 @@ class LogFile(Payload):
     lines: int = Field(description="Lines in the file.")
     truncated_hits: int = Field(default=0, description="Matches dropped to bound memory.")
     last_line: str = Field(default="", description="Its last non-empty line: where it stops.")
+    tail: list[str] = Field(
+        default_factory=list, description="Its last few non-empty lines, in order."
+    )
     aggregated: int = Field(
         default=0,
         description="Frequent lines (per-op NCCL COLL lines) folded into series (`log_series`).",

@@ -376,15 +376,19 @@ class _Counter:
         return self.line
 
 
-def last_line(path: Path, limit: int = 200) -> str:
-    """The file's last non-empty line (cut to `limit`): where a rank's log stops says where
-    the rank was when it stopped writing, even when no signature matched there."""
+def last_lines(path: Path, count: int, limit: int = 200) -> list[str]:
+    """The file's last `count` non-empty lines in order (each cut to `limit`), from its last
+    MAX_LINE bytes: where a rank's log stops says where the rank was when it stopped writing,
+    even when no signature matched there, and what a paste ends on (numbers, a progress line)."""
     with path.open("rb") as handle:
         size = handle.seek(0, 2)
         handle.seek(max(0, size - MAX_LINE))
         tail = handle.read()
+    found: list[str] = []
     for raw in reversed(tail.splitlines()):
         text = _ANSI.sub("", raw.decode("utf-8", "replace").rsplit("\r", 1)[-1]).strip()
         if text:
-            return text.replace("\x00", "")[:limit]
-    return ""
+            found.append(text.replace("\x00", "")[:limit])
+            if len(found) == count:
+                break
+    return found[::-1]

@@ -32,7 +32,7 @@ from triage.observations import LogSignal, RankState, TracebackRecord
 from triage.readers import log_dress, log_wrap, signatures
 from triage.readers.log_blocks import BlockParser, Origin, placeholder_pid
 from triage.readers.log_chunks import scan_stretches
-from triage.readers.log_prefilter import MAX_LINE, RangeScan, last_line
+from triage.readers.log_prefilter import MAX_LINE, RangeScan, last_lines
 from triage.readers.log_runs import writer_of
 from triage.readers.log_series import SeriesBook, Tally
 from triage.readers.object_bounds import check_json
@@ -42,6 +42,8 @@ from triage.readers.stacks import classify
 MAX_ERROR_FILE = 16 << 20
 PER_KEY_FIRST = 3
 PER_KEY_LAST = 12
+#: Lines kept of where each file ends.
+TAIL_LINES = 4
 
 _RANK_PREFIX = re.compile(r"^\[(?P<role>[A-Za-z_]+?)(?P<n>\d+)\]:\s?")
 # `grep -r NCCL logs/` puts the file's name first: `LOG1.0.txt:host:pid:tid [dev] NCCL ...`.
@@ -73,6 +75,8 @@ class ScanResult:
     #: Lines that held an anchor and matched no signature.
     noise: int = 0
     last_line: str = ""
+    #: Its last few non-empty lines, in order (the last of them is `last_line`).
+    tail: list[str] = field(default_factory=list)
     #: The rank torchelastic's folder (`attempt_0/3/`) names, once the report ties it.
     folder_rank: int | None = None
     #: The width a terminal cut this file's lines at (they were read joined), if it did.
@@ -317,7 +321,8 @@ class _Reader:
     def __init__(self, path: Path, named: Path) -> None:
         self.path = str(named)
         self.result = ScanResult(path=self.path, size=named.stat().st_size)
-        self.result.last_line = last_line(path)
+        self.result.tail = last_lines(path, TAIL_LINES)
+        self.result.last_line = self.result.tail[-1] if self.result.tail else ""
         self.origin = file_origin(self.path)
         self.dress = log_dress.detect(path)
         self.parser = BlockParser(self.path)

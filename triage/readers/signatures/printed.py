@@ -1,11 +1,12 @@
-"""Values a job printed about itself: a rank's own prints, and training or evaluation metrics.
+"""Values a job printed about itself: a rank's own prints, compared across ranks.
 
 When results are wrong, people print what each rank holds (`rank 0: amp=False`,
-`Rank 1. Batch idx: 6, cuts: [...]`, `[rank 0] param sum: 1234.5`) and paste the metrics
-that worry them (`loss: 1.44 | grad_norm: 4.73`, `Acc@1 69.76`, `Mean SISNR is 6.2`).
-Neither is a failure line: the prints are compared across ranks (state that must match and
-does not, data that must differ and does not), and metrics with nothing failing beside
-them say the report is about the numbers.
+`Rank 1. Batch idx: 6, cuts: [...]`, `[rank 0] param sum: 1234.5`). None is a failure line:
+the rules compare them across ranks (state that must match and does not, data that must
+differ and does not). Their anchors are `rank ` and its kin, never `[rank3]:`, the prefix
+torchrun puts on every line: a signature's anchors must stay rare for the scan to stay fast.
+(Metrics, which a training log prints on every line, are read from where a log ends:
+`triage.readers.metric_lines`.)
 """
 
 from __future__ import annotations
@@ -42,19 +43,21 @@ def _rank_print(found: re.Match[str]) -> dict[str, Any]:
 signature(
     "printed.rank_value",
     _RANK_PRINT,
-    # not `rank` alone: torchrun's `[rank3]:` prefix opens every line of its workers
-    anchors=tuple(f"{word}{sep}" for word in ("rank", "Rank", "RANK") for sep in " :=#"),
+    # not `rank` alone (torchrun's `[rank3]:` prefix opens every line of its workers), nor
+    # `Rank ` (DeepSpeed's and Megatron's `[Rank 0] ...` do): `Rank 3:` and `Rank 3.` only
+    anchors=tuple(f"{word}{sep}" for word in ("rank", "RANK") for sep in " :=#")
+    + tuple(f"Rank {n}{end}" for n in range(128) for end in ":."),
     summary="a line a rank printed about its own state or data (compared across ranks)",
     extract=_rank_print,
 )
 
-# A tensor-parallel rank's own line: `TP3: batch_size()=25, ...`, or an inference engine's
-# log prefix naming it (`[2025-02-22 08:19:45 TP26] ...`). The ranks of one tensor-parallel
-# group run in lockstep on the same inputs.
+# A tensor-parallel rank's own line: `TP3: batch_size()=25, ...`. The ranks of one
+# tensor-parallel group run in lockstep on the same inputs.
 signature(
     "printed.tp_rank_value",
-    r"^\W{0,2}(?:\[[^\]]{0,40}?\b)?TP(?P<tp_rank>\d{1,4})\b(?:\]|:)\s*(?P<body>\S.{2,})$",
-    anchors=tuple(f"TP{digit}" for digit in "0123456789"),
+    r"^\W{0,2}TP(?P<tp_rank>\d{1,2}):\s*(?P<body>\S.{2,})$",
+    # `TP3:`, not `TP3]`: an engine's own prefix (`[... TP3] ...`) opens every line of its log
+    anchors=tuple(f"TP{n}:" for n in range(100)),
     summary="a line a tensor-parallel rank printed about its own inputs (compared across the group)",
     extract=lambda found: {
         "tp_rank": int(found["tp_rank"]),
@@ -68,64 +71,7 @@ signature(
     "printed.rank_of_world",
     r"(?i)\brank\s?[:=]?\s?(?P<rank>-?\d{1,6})\s?[,;/|]?\s?(?:world[ _]?size|size)\s?[:=]?\s?"
     r"(?P<world>-?\d{1,6})\b",
-    anchors=tuple(f"{word}{sep}" for word in ("rank", "Rank", "RANK") for sep in " :="),
+    anchors=tuple(f"{word}{sep}" for word in ("rank", "RANK") for sep in " :="),
     summary="a process's own report of its rank and the world size",
     extract=lambda found: {"rank_seen": int(found["rank"]), "world": int(found["world"])},
-)
-
-# --- training and evaluation metrics -------------------------------------------------------
-
-_METRIC_WORDS = (
-    "loss",
-    "acc",
-    "accuracy",
-    "precision",
-    "recall",
-    "perplexity",
-    "ppl",
-    "reward",
-    "grad_norm",
-    "gradnorm",
-    "bleu",
-    "rouge",
-    "wer",
-    "cer",
-    "miou",
-    "sisnr",
-    "si-snr",
-    "psnr",
-    "ssim",
-    "auc",
-    "f1",
-    "map",
-    "ap",
-)
-_METRIC = "|".join(re.escape(word) for word in sorted(_METRIC_WORDS, key=len, reverse=True))
-
-#: Words that occur inside ordinary words (`lower`, `capacity`) anchor only as written.
-_AS_WRITTEN = {
-    "ap": ("AP",),
-    "map": ("mAP", "MAP"),
-    "miou": ("mIoU", "MIOU", "miou"),
-    "wer": ("WER",),
-    "cer": ("CER",),
-    "auc": ("AUC",),
-}
-
-signature(
-    "printed.metric",
-    # a metric's name, then `@k` and a number (`Acc@1 69.76`), or an optional qualifier
-    # (`(AP) @[ IoU=0.50 ]`, `/mean@1`) and `:`, `=` or `is` before it, or a space alone
-    # (`loss 2.31`); a name may go on (`loss_rpn_cls: 2.57`)
-    # (a terminal's colour code may stand before the name where its ESC was lost: `[32mloss`)
-    rf"(?i)(?:\b|(?<=\[\dm)|(?<=\[\d\dm))"
-    rf"(?P<metric>(?:(?:train|val|valid|test|eval|mean|avg|top-?[15]|box|mask)[ _/-]?)?"
-    rf"(?:{_METRIC})(?:_[a-z0-9]+)*)(?:@\d+\s+|\b(?:[^\n:=]{{0,60}}?(?:[:=]|\bis\b)\s*|\s+))"
-    r"(?P<value>-?\d*\.\d+(?:e[-+]?\d+)?|-?\d+(?:e[-+]?\d+)?)\b",
-    anchors=tuple(
-        variant
-        for word in _METRIC_WORDS
-        for variant in _AS_WRITTEN.get(word, (word, word.capitalize(), word.upper()))
-    ),
-    summary="a training or evaluation metric the job printed",
 )

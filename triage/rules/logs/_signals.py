@@ -52,7 +52,6 @@ FACTS = frozenset(
         "printed.rank_value",
         "printed.tp_rank_value",
         "printed.rank_of_world",
-        "printed.metric",
         "gpu.topology_row",
         "gpu.consumer_card",
         # a training loop's own memory figures per step

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from triage.models import Finding
+from triage.observations import LogFile
+from triage.readers.metric_lines import metric_in
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._signals import ids, shows_failure, signals
+from triage.rules.logs._signals import shows_failure
 
 
 @rule("logs.metrics_only", "wrong.unknown", without_failure=True)
@@ -14,9 +16,9 @@ def metrics_only(evidence: EvidenceSet) -> Iterator[Finding]:
     """The text shows training or evaluation metrics and no failure: the numbers are the issue.
 
     What it detects:
-    Metric lines (`loss: 1.44 | grad_norm: 4.73`, `Acc@1 69.76`, `Mean SISNR is 6.2`,
-    COCO's `Average Precision (AP) ... = 0.356`) in text without a traceback, an error,
-    a timeout or any other failure line.
+    A log whose last lines hold a metric (`loss: 1.44 | grad_norm: 4.73`, `Acc@1 69.76`, `Mean
+    SISNR is 6.2`, COCO's `Average Precision (AP) ... = 0.356`), in text without a
+    traceback, an error, a timeout or any other failure line.
 
     Why it happens:
     Numbers pasted on their own are what a person shows when the run finished but its
@@ -27,7 +29,7 @@ def metrics_only(evidence: EvidenceSet) -> Iterator[Finding]:
     on every rank, and replicas or shards that drifted apart.
 
     Evidence:
-    The metric lines.
+    The log and its last line.
 
     Fix:
     Separate the candidates: rerun at two GPU counts with the same global batch and learning
@@ -42,10 +44,17 @@ def metrics_only(evidence: EvidenceSet) -> Iterator[Finding]:
     References:
     https://pytorch.org/docs/stable/notes/ddp.html
     """
-    found = signals(evidence, "printed.metric")
-    if not found or shows_failure(evidence):
+    if shows_failure(evidence):
         return
-    shown = found[0][1].text.strip()[:120]
+    ending = [
+        (item, line)
+        for item, log in evidence.payloads(LogFile)
+        for line in reversed(log.tail or [log.last_line])
+        if metric_in(line)
+    ]
+    if not ending:
+        return
+    shown = ending[0][1].strip()[:120]
     yield Finding(
         title="metrics without a failure: the results themselves look wrong",
         summary=f"The text holds the job's metrics (`{shown}`) and no failure line: if these"
@@ -53,7 +62,7 @@ def metrics_only(evidence: EvidenceSet) -> Iterator[Finding]:
         " and the text alone does not say which.",
         ranks=[],
         confidence=0.12,
-        evidence=ids(found)[:8],
+        evidence=list(dict.fromkeys(item.id for item, _ in ending))[:8],
         fix="Separate the candidates: rerun at two GPU counts with the same global batch and"
         " learning rate (a learning rate or loss not scaled with it), count the evaluated"
         " samples against the dataset (sampler padding), check SyncBatchNorm, and compare"
