@@ -29,6 +29,8 @@ def test_memory_others_hold_at_start_up(tmp_path: Path) -> None:
         0.65,
         "132.4 GiB of cuda:0 was in use before the engine started",
     )
+    found = analyze_files(tmp_path, {"engine.log": line}).hypotheses
+    assert [(h.cause_id, h.confidence) for h in found[1:2]] == [("oom.capacity", 0.5)]
 
 
 @pytest.mark.parametrize(
@@ -36,9 +38,13 @@ def test_memory_others_hold_at_start_up(tmp_path: Path) -> None:
     [(70.1, 79.1), (3.22, 4.0)],  # 11% held; 0.8 GiB of a small GPU: a context, a display
     ids=["a-little-held", "small-gpu"],
 )
-def test_a_little_held_is_no_intruder(tmp_path: Path, free: float, total: float) -> None:
+def test_a_little_held_is_a_share_set_too_high(tmp_path: Path, free: float, total: float) -> None:
     line = _STARTUP.format(device="", free=free, total=total, share=0.9, wanted=total * 0.9)
-    assert top(tmp_path, line)[0] != "oom.other_process"
+    assert top(tmp_path, line) == (
+        "oom.capacity",
+        0.5,
+        "The inference engine's share of the GPU is more than is free",
+    )
 
 
 @pytest.mark.parametrize(

@@ -249,6 +249,7 @@ CUDA_OOM_SIGNALS = (
     "memory.library_alloc_failed",
     "memory.nccl_cuda_oom",
     "memory.kv_cache_budget",
+    "memory.engine_startup_free",
 )
 # --- the allocator's own report: torch.cuda.memory_summary() --------------------------
 

@@ -135,6 +135,7 @@ _KIND = {
     "memory.library_alloc_failed": "library",
     "memory.nccl_cuda_oom": "nccl",
     "memory.kv_cache_budget": "engine",
+    "memory.engine_startup_free": "engine_start",
 }
 
 

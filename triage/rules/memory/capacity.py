@@ -37,6 +37,11 @@ FIX_NCCL = (
     " (nvidia-smi), and shrink NCCL's share where it is large (NCCL_BUFFSIZE, NCCL_MAX_NCHANNELS"
     " with many peers)."
 )
+FIX_SHARE = (
+    "Set the engine's share (gpu_memory_utilization) to what is free when it starts: the CUDA"
+    " context, NCCL's buffers and anything else on the GPU count against it (0.9 of a 22 GiB GPU"
+    " leaves about 2 GiB for them); or free the GPU of other processes first (nvidia-smi)."
+)
 FIX_ENGINE = (
     "Give the engine's KV cache room: raise its share of the GPU (vLLM gpu_memory_utilization,"
     " SGLang --mem-fraction-static) when nothing else needs the GPU, lower max_model_len or"
@@ -66,9 +71,13 @@ def _score(event: OomEvent) -> tuple[float, str]:
             "cuda": "a CUDA call ran out of memory",
             "engine": "the inference engine found no room for its KV cache within its share"
             " of the GPU",
+            "engine_start": "the inference engine's share of the GPU is more than was free"
+            " when it started",
         }.get(event.kind, "the GPU ran out of memory")
         if event.kind == "engine":
             return 0.6, f"{what}: the weights, the engine's budget and the context length"
+        if event.kind == "engine_start":
+            return 0.5, f"{what}: the CUDA context and whatever else is on the GPU count against it"
         return 0.35, f"{what}; the log has no allocator numbers to say why"
     if held_by_others(core):
         return 0.4, f"{format_size(core.held)} of the GPU is held outside this process"
@@ -100,7 +109,8 @@ def capacity(evidence: EvidenceSet) -> Iterator[Finding]:
     ≈ capacity, and the request is larger than free plus reserved-but-unallocated memory, so
     neither defragmenting nor freeing other processes would make it fit; or a single request
     larger than the whole GPU. An inference engine (vLLM, SGLang) that finds no room for its
-    KV cache within its share of the GPU. A memory snapshot whose failed request exceeds every free byte
+    KV cache within its share of the GPU, or (vLLM's start-up check, 0.5) less free than
+    that share when it starts. A memory snapshot whose failed request exceeds every free byte
     of the cache says the same. Raw CUDA, cuBLAS and NCCL allocation failures without numbers
     are reported here with low confidence.
 
@@ -159,6 +169,8 @@ def capacity(evidence: EvidenceSet) -> Iterator[Finding]:
             title, fix = "NCCL ran out of GPU memory for its buffers", FIX_NCCL
         elif event.kind == "engine":
             title, fix = "The inference engine's KV cache does not fit its GPU budget", FIX_ENGINE
+        elif event.kind == "engine_start":
+            title, fix = "The inference engine's share of the GPU is more than is free", FIX_SHARE
     else:
         return
     yield Finding(
