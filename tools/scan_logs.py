@@ -15,12 +15,11 @@ from pathlib import Path
 
 from triage.models import Evidence, Gap
 from triage.observations import LogFile, LogSignal, RankState, TracebackRecord
-from triage.observations.log_lines import LogSeries
+from triage.observations.log_lines import LogSeries, is_printed
 from triage.readers import signatures
 from triage.readers.log_prefilter import MAX_LINE
 from triage.readers.log_series import Tally
 from triage.readers.logscan import ScanResult, dump_state, scan_files
-from triage.readers.signatures.printed import is_printed
 from triage.registry import ToolError, ToolOutput, tool
 from triage.text import agree, bound_text, plural
 

@@ -20,6 +20,7 @@ from triage.advice import useful_steps
 from triage.grouping import group_ranks
 from triage.models import Evidence, Finding, Gap, Report
 from triage.observations import LogFile, LogSignal
+from triage.observations.log_lines import is_printed
 from triage.playbooks import (
     UNKNOWN_SYMPTOM,
     Playbook,
@@ -28,7 +29,6 @@ from triage.playbooks import (
     symptom_playbooks,
 )
 from triage.plugins import load_all, load_rules, rule_families
-from triage.readers.signatures.printed import is_printed
 from triage.registry import (
     REGISTRY,
     RULES,

@@ -9,6 +9,15 @@ from pydantic import Field
 from triage.observations.payload import Payload
 from triage.observations.ranks import Frame
 
+#: The signatures of lines a job printed about itself (a rank's values, its world): facts to
+#: compare across ranks, never a failure.
+PRINTED_FAMILY = "printed."
+
+
+def is_printed(signature: str) -> bool:
+    """Whether a signature is one of a job's own prints (PRINTED_FAMILY)."""
+    return signature.startswith(PRINTED_FAMILY)
+
 
 class LogSignal(Payload):
     """A log line matching a known failure signature, attributed to a rank where the log shows it."""

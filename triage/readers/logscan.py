@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from triage.observations import LogSignal, RankState, TracebackRecord
+from triage.observations.log_lines import is_printed
 from triage.readers import log_dress, log_wrap, signatures
 from triage.readers.log_blocks import BlockParser, Origin, placeholder_pid
 from triage.readers.log_chunks import scan_stretches
@@ -36,7 +37,6 @@ from triage.readers.log_prefilter import MAX_LINE, RangeScan, last_lines
 from triage.readers.log_runs import writer_of
 from triage.readers.log_series import SeriesBook, Tally
 from triage.readers.object_bounds import check_json
-from triage.readers.signatures.printed import is_printed
 from triage.readers.stacks import classify
 
 MAX_ERROR_FILE = 16 << 20
@@ -74,13 +74,17 @@ class ScanResult:
     series: list[Tally] = field(default_factory=list)
     #: Lines that held an anchor and matched no signature.
     noise: int = 0
-    last_line: str = ""
-    #: Its last few non-empty lines, in order (the last of them is `last_line`).
+    #: Its last few non-empty lines, in order.
     tail: list[str] = field(default_factory=list)
     #: The rank torchelastic's folder (`attempt_0/3/`) names, once the report ties it.
     folder_rank: int | None = None
     #: The width a terminal cut this file's lines at (they were read joined), if it did.
     unwrapped: int | None = None
+
+    @property
+    def last_line(self) -> str:
+        """Where the file stops: its last non-empty line."""
+        return self.tail[-1] if self.tail else ""
 
     @property
     def rank(self) -> int | None:
@@ -322,7 +326,6 @@ class _Reader:
         self.path = str(named)
         self.result = ScanResult(path=self.path, size=named.stat().st_size)
         self.result.tail = last_lines(path, TAIL_LINES)
-        self.result.last_line = self.result.tail[-1] if self.result.tail else ""
         self.origin = file_origin(self.path)
         self.dress = log_dress.detect(path)
         self.parser = BlockParser(self.path)

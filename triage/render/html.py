@@ -30,7 +30,7 @@ from triage.observations import (
     RankState,
     TracebackRecord,
 )
-from triage.readers.signatures.printed import is_printed
+from triage.observations.log_lines import is_printed
 from triage.registry import EvidenceSet, collector_paused
 from triage.render import confidence_label, llm_lines, short_path
 from triage.render.charts import (

@@ -16,15 +16,6 @@ from typing import Any
 
 from triage.readers.signatures import signature
 
-#: The family of these signatures: lines a job printed about itself, none of them a failure.
-FAMILY = "printed."
-
-
-def is_printed(name: str) -> bool:
-    """Whether a signature is one of these: not a failure line."""
-    return name.startswith(FAMILY)
-
-
 # --- a rank's own print --------------------------------------------------------------------
 
 #: `rank 0: ...`, `Rank 1. ...`, `[rank 0] ...`, `RANK=2 ...`, `Tensor on rank 3: ...`: the

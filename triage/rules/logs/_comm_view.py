@@ -13,11 +13,11 @@ from triage.models import Evidence, Finding, Location
 from triage.observations import LogFile, LogSignal, TracebackRecord
 from triage.registry import EvidenceSet
 from triage.rules.logs._signals import (
-    FACTS,
     TEARDOWN_EXCEPTIONS,
     Found,
     Signal,
     ids,
+    is_fact,
     ranks_of,
     signals,
     strongest,
@@ -98,6 +98,9 @@ COLLECTIVE_TIMEOUT = re.compile(
 
 #: Signatures of a rank that timed out waiting in a collective.
 _WAITED = ("hang.watchdog_timeout", "hang.gloo_timeout")
+
+#: NCCL's bootstrap, in the file of an error trace's line (`bootstrap.cc:270 -> 2`).
+BOOTSTRAP_FILE = re.compile(r"(^|/)bootstrap\.cc$")
 
 #: Reports of a process that crashed or exited, which say nothing of why.
 _NAMELESS = ("process.", "scheduler.", "cuda.call_failed")
@@ -214,7 +217,7 @@ class CommView:
         return [
             (e, s)
             for name, items in self.by_name.items()
-            if name not in FACTS
+            if not is_fact(name)
             for e, s in items
             if id(s) not in benign and not s.fields.get("noise")
         ]
@@ -261,8 +264,7 @@ class CommView:
         if not closed or self.origins:
             return []
         booting = any(
-            re.search(r"(^|/)bootstrap\.cc$", str(s.fields["file"]))
-            for _, s in self.of("nccl.error_trace")
+            BOOTSTRAP_FILE.search(str(s.fields["file"])) for _, s in self.of("nccl.error_trace")
         )
         tested = {s.fields.get("test_rank") for _, s in self.of("nccl.tests_rank")}
         sizes = {s.fields.get("nranks") for _, s in self.of("nccl.init")}

@@ -25,6 +25,11 @@ _POSITION = re.compile(
     r"(?i)\b(?P<key>batch[ _]idx|idx|batch|step|iter(?:ation)?|epoch|micro-?batch)"
     r"\s*[:=#]?\s*(?P<n>\d+)\b"
 )
+#: Names that differ per rank in any job: where the rank runs, and its timing and memory.
+WHERE_AND_WHEN = (
+    r"rank|device|cuda|gpu|dev\b|host|node|\bip\b|addr|port|pid|tid|thread|worker|time|"
+    r"elapsed|sec|mem"
+)
 _NUMBER = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
 

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 from triage.models import Evidence
 from triage.observations import LogSignal, TracebackRecord
+from triage.observations.log_lines import is_printed
 from triage.readers.stacks import COLLECTIVE_OPS
 from triage.registry import EvidenceSet
 
@@ -17,7 +18,7 @@ TEARDOWN_EXCEPTIONS = frozenset(
 
 #: Lines that describe the setup or the progress, not a failure: NCCL_DEBUG=INFO's, the
 #: ranks and rows of nccl-tests, per-op COLL traces, a rank's own prints around collectives,
-#: process-group setup announcements, nvidia-smi's rows.
+#: process-group setup announcements, nvidia-smi's rows (and every `printed.` line: `is_fact`).
 FACTS = frozenset(
     {
         "setup.init_announced",
@@ -49,9 +50,6 @@ FACTS = frozenset(
         "nccl.iommu",
         "fabric.nvls_setup",
         "c10d.store_listening",
-        "printed.rank_value",
-        "printed.tp_rank_value",
-        "printed.rank_of_world",
         "gpu.topology_row",
         "gpu.consumer_card",
         # a training loop's own memory figures per step
@@ -75,12 +73,19 @@ def signals(evidence: EvidenceSet, *names: str) -> list[Signal]:
     return [(e, s) for e, s in found if not wanted or s.signature in wanted]
 
 
+def is_fact(signature: str) -> bool:
+    """A line of the setup or the progress (FACTS), or a job's own print: not a failure."""
+    return signature in FACTS or is_printed(signature)
+
+
 def shows_failure(evidence: EvidenceSet, *, besides: frozenset[str] = frozenset()) -> bool:
-    """Whether the text shows a failure: a traceback, or a line that is neither a fact of the
-    setup or progress (FACTS) nor one of `besides`."""
+    """Whether the text shows a failure: a traceback, or a line that is neither a fact
+    (`is_fact`) nor one of `besides`."""
     if tracebacks(evidence, dumps=False):
         return True
-    return any(s.signature not in FACTS | besides for _, s in signals(evidence))
+    return any(
+        not is_fact(s.signature) and s.signature not in besides for _, s in signals(evidence)
+    )
 
 
 def tracebacks(

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._signals import ids, signals
+from triage.rules.logs._signals import Signal, ids, signals
 
 #: Below this share of the GPU (and this many GiB) held at start-up, the CUDA context, a
 #: display and allocator slack explain it: the engine's share is simply set too high.
@@ -44,12 +44,7 @@ def engine_memory_taken(evidence: EvidenceSet) -> Iterator[Finding]:
     References:
     https://docs.vllm.ai/en/latest/configuration/conserving_memory.html
     """
-    found = [
-        item
-        for item in signals(evidence, "memory.engine_startup_free")
-        if _held(item[1].fields) >= _HELD
-        and float(item[1].fields["total"]) - float(item[1].fields["free"]) >= _HELD_GIB
-    ]
+    found = [item for item in signals(evidence, "memory.engine_startup_free") if _taken(item)]
     if not found:
         return
     fields = found[0][1].fields
@@ -72,6 +67,7 @@ def engine_memory_taken(evidence: EvidenceSet) -> Iterator[Finding]:
     )
 
 
-def _held(fields: dict[str, object]) -> float:
-    total, free = float(str(fields["total"])), float(str(fields["free"]))
-    return (total - free) / total if total else 0.0
+def _taken(item: Signal) -> bool:
+    """Whether others hold enough of the GPU to be more than a context and a display."""
+    total, free = float(item[1].fields["total"]), float(item[1].fields["free"])
+    return total > 0 and total - free >= max(_HELD * total, _HELD_GIB)

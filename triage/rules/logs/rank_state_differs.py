@@ -7,14 +7,19 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._rank_prints import Printed, is_number, printed, without_rank
+from triage.rules.logs._rank_prints import (
+    WHERE_AND_WHEN,
+    Printed,
+    is_number,
+    printed,
+    without_rank,
+)
 from triage.rules.logs._signals import shows_failure
 
 #: Names whose values differ per rank by design (where it runs, what it drew, how it did).
 _PER_RANK = re.compile(
-    r"(?i)rank|device|cuda|gpu|dev\b|host|node|\bip\b|addr|port|pid|tid|thread|worker|"
-    r"time|elapsed|sec|seed|loss|acc|metric|score|reward|grad|norm|batch|sample|idx|index|"
-    r"\bids?\b|file|path|name|image|token|shape|size|len|count|num|mem|tensor|data|input|"
+    rf"(?i){WHERE_AND_WHEN}|seed|loss|acc|metric|score|reward|grad|norm|batch|sample|idx|"
+    r"index|\bids?\b|file|path|name|image|token|shape|size|len|count|num|tensor|data|input|"
     r"output|local|shard|offset|start|end"
 )
 #: Names of numbers every replica must hold alike: the weights and their checksums.

@@ -7,14 +7,11 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._rank_prints import Printed, printed, without_rank
+from triage.rules.logs._rank_prints import WHERE_AND_WHEN, Printed, printed, without_rank
 
 #: What differs per rank by design even in a tensor-parallel group: where it runs, its
 #: memory and its timing.
-_PER_RANK = re.compile(
-    r"(?i)rank|device|cuda|gpu|dev\b|host|node|\bip\b|addr|port|pid|tid|thread|worker|time|"
-    r"elapsed|sec|mem|util|throughput|speed|latency|tps|token/s|\bs\b"
-)
+_PER_RANK = re.compile(rf"(?i){WHERE_AND_WHEN}|util|throughput|speed|latency|tps|token/s|\bs\b")
 
 
 @rule("logs.tp_ranks_diverge", "hang.mismatched_collective")

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._comm_view import CommView, comm_view, quote
+from triage.rules.logs._comm_view import BOOTSTRAP_FILE, CommView, comm_view, quote
 from triage.rules.logs._signals import Found, ids, ranks_of, strongest
 from triage.text import rank_label
 
@@ -86,7 +86,6 @@ _IFNAME_FIX = (
 
 
 #: NCCL's bootstrap: a TCP ring over the socket interface that every rank joins first.
-_BOOTSTRAP = re.compile(r"(^|/)bootstrap\.cc$")
 
 
 def _findings(view: CommView) -> list[Found]:
@@ -207,7 +206,9 @@ def _findings(view: CommView) -> list[Found]:
             )
         )
     bootstrap = [
-        (e, s) for e, s in view.of("nccl.error_trace") if _BOOTSTRAP.search(str(s.fields["file"]))
+        (e, s)
+        for e, s in view.of("nccl.error_trace")
+        if BOOTSTRAP_FILE.search(str(s.fields["file"]))
     ]
     if bootstrap and not found:
         # a connection the peer closed was made: the interface carried it
