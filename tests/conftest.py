@@ -7,15 +7,19 @@ import importlib.util
 import json
 import subprocess
 import sys
+from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.slurm_cluster import poll_until
 from triage.engine import follow
 from triage.models import Finding, Report
 from triage.playbooks import load_playbooks, symptom_playbooks
 from triage.plugins import load_all
+from triage.readers.processes import environ_of
 from triage.taxonomy import canonical_symptom
 
 REPO = Path(__file__).resolve().parent.parent
@@ -75,3 +79,14 @@ def hypothesis(report: Report, cause: str) -> Finding:
     found = [h for h in report.hypotheses if h.cause_id == cause]
     assert found, f"no {cause} in {[(h.cause_id, h.confidence) for h in report.hypotheses]}"
     return found[0]
+
+
+def _published(pid: int) -> dict[str, str] | None:
+    return environ_of(pid) or None
+
+
+def wait_for_environ(pids: Iterable[int]) -> None:
+    """Popen returns once exec has begun, a moment before the kernel publishes the new
+    program's environment (/proc/PID/environ reads empty until then): wait for it."""
+    for pid in pids:
+        poll_until(partial(_published, pid), 10, f"environment of pid {pid}")

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import requires_torch, triage_cli
+from tests.conftest import requires_torch, triage_cli, wait_for_environ
 from triage.collection.document import COLLECTION_SCHEMA, Collection, read_collections
 from triage.observations import RankProcess, RankState
 from triage.scenarios import CAUSE_IDS, CULPRITS, RankJob
@@ -234,6 +234,7 @@ def sleepers(envs: list[dict[str, str]]) -> Iterator[list[subprocess.Popen[bytes
         for env in envs:
             base = {"PATH": "/usr/bin:/bin"}
             procs.append(subprocess.Popen([sys.executable, "-c", SLEEPER], env=base | env))
+        wait_for_environ(p.pid for p in procs)
         yield procs
     finally:
         for proc in procs:

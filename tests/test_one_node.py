@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import hang_report, requires_torch
+from tests.conftest import hang_report, requires_torch, wait_for_environ
 from triage.observations import RankProcess, UnseenRanks
 from triage.readers.processes import missing_ranks, spans_hosts
 from triage.registry import REGISTRY
@@ -137,6 +137,7 @@ def first_node(extra: dict[str, str]) -> Iterator[list[int]]:
             env |= {"LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2"} | extra
             code = "import time\nwhile True:\n    time.sleep(1)\n"
             procs.append(subprocess.Popen([sys.executable, "-c", code], env=env))
+        wait_for_environ(p.pid for p in procs)
         yield [p.pid for p in procs]
     finally:
         for proc in procs:
