@@ -179,6 +179,44 @@ def test_peer_crash_names_the_rank_that_failed_first(tmp_path: Path) -> None:
     assert 0.55 <= top.confidence < 0.8
 
 
+@pytest.mark.parametrize(
+    "closed",
+    [
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:201] Socket unexpectedly"
+        " closed [127.0.0.1]:{port}",
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:812] Socket closed"
+        " [127.0.0.1]:{port}",
+    ],
+)
+def test_gloos_other_words_for_a_closed_socket_are_victims_too(tmp_path: Path, closed: str) -> None:
+    """gloo's pair reports a peer that went away in three wordings (pair.cc); each is a
+    witness, so the rank that raised on its own is still the one named."""
+    victims = [
+        [line.replace(GLOO_CLOSED.format(port=port), closed.format(port=port)) for line in block]
+        for block, port in ((gloo_victim(0, 29411), 29411), (gloo_victim(1, 43438), 43438))
+    ]
+    console = interleave(victims[0], gloo_culprit(2), victims[1])
+    report = analyze_files(tmp_path, {"console.log": "\n".join(console)})
+    top = report.verdict
+    assert top is not None and top.cause_id == "comm.peer_failure" and top.ranks == [2], top
+
+
+@pytest.mark.parametrize(
+    "timeout",
+    [
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:523] Read timeout"
+        " [10.0.0.2]:45123",
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:314] Write timeout"
+        " [10.0.0.2]:45123",
+        "RuntimeError: Application timeout caused pair closure",
+    ],
+)
+def test_gloos_pair_deadlines_are_collective_timeouts(tmp_path: Path, timeout: str) -> None:
+    report = analyze_files(tmp_path, {"rank0.log": timeout})
+    top = report.verdict
+    assert top is not None and top.cause_id == "hang.collective_timeout", top
+
+
 def test_launcher_seeing_a_victim_exit_first_does_not_make_it_the_culprit(
     tmp_path: Path,
 ) -> None:

@@ -411,6 +411,34 @@ def test_a_divisor_that_is_no_parallel_size_is_not_a_world_size_mismatch(tmp_pat
             "hang.shape_mismatch",
             "different sizes to one NCCL collective (8192 bytes arrived, 4096 expected)",
         ),
+        (
+            "init.cc:904 NCCL WARN Multiple Ranks are using the same GPU/Partition. Set"
+            " NCCL_MULTI_RANK_GPU_ENABLE=1 to allow this.",
+            "config.device_assignment",
+            "same GPU",
+        ),
+        (
+            "misc/argcheck.cc:49 NCCL WARN AllReduce : sendbuff allocated on device 1 mismatchs"
+            " with NCCL device 0",
+            "config.device_assignment",
+            "another GPU",
+        ),
+        (
+            "init.cc:1617 NCCL WARN NCCL library is too old. This application was compiled with"
+            " NCCL version 2.28.3, but is running with NCCL library version 2.21.5.",
+            "comm.version_mismatch",
+            "older than the one the code was built against",
+        ),
+        (
+            "enqueue.cc:1200 NCCL WARN FP8 reduction support begins with sm90 capable devices.",
+            "config.backend_device",
+            "float8",
+        ),
+        (
+            "include/alloc.h:124 NCCL WARN Failed to CUDA malloc 67108864 bytes",
+            "oom.capacity",
+            "",
+        ),
     ],
     ids=[
         "versions",
@@ -424,6 +452,11 @@ def test_a_divisor_that_is_no_parallel_size_is_not_a_world_size_mismatch(tmp_pat
         "nvls-shared-gpu",
         "socket-size-mismatch",
         "ib-size-mismatch",
+        "ranks-share-gpu",
+        "buffer-on-other-gpu",
+        "library-too-old",
+        "fp8-before-hopper",
+        "cuda-malloc",
     ],
 )
 def test_nccls_own_check_names_its_cause(tmp_path: Path, warn: str, cause: str, words: str) -> None:

@@ -209,10 +209,13 @@ signature(
 
 # --- peers going away -------------------------------------------------------------------
 
+# gloo's pair: `Connection closed by peer [10.0.0.2]:45123`, and its reads and writes on a
+# socket the other end closed (`Socket unexpectedly closed [10.0.0.2]:45123`, `Socket closed`).
 signature(
     "gloo.connection_closed",
-    r"Connection closed by peer \[?(?P<peer>[^\]\s]+)\]?:(?P<port>\d+)",
-    anchors="Connection closed by peer",
+    r"(?:Connection closed by peer|Socket (?:unexpectedly )?closed) \[?(?P<peer>[^\]\s]+)\]?:"
+    r"(?P<port>\d+)",
+    anchors=("Connection closed by peer", "Socket unexpectedly closed", "Socket closed"),
     summary="gloo's peer closed the connection: that process exited or crashed",
     peer_symptom=True,
 )

@@ -275,12 +275,20 @@ signature(
     extract=lambda found: _ints(found.groupdict(), "rank", "from_rank"),
 )
 
+# gloo's unbound buffers (send/recv and the collectives built on them) and, in older gloo
+# and its pairs' own deadlines, `Read timeout [10.0.0.2]:45123` / `Write timeout ...`; the
+# pairs then close with `Application timeout caused pair closure`.
 signature(
     "hang.gloo_timeout",
-    r"Timed out waiting (?P<timeout_ms>\d+)ms for (?P<direction>recv|send) operation to complete",
-    anchors="Timed out waiting ",
+    r"Timed out waiting (?P<timeout_ms>\d+)ms for (?P<direction>recv|send) operation to complete"
+    r"|gloo\S*\]? (?P<pair_direction>Read|Write) timeout \[?(?P<peer>[^\]\s]+)\]?:\d+"
+    r"|Application timeout caused pair closure",
+    anchors=("Timed out waiting ", "Read timeout", "Write timeout", "Application timeout caused"),
     summary="a gloo collective or send/recv timed out waiting for a peer",
-    extract=lambda found: _ints(found.groupdict(), "timeout_ms"),
+    extract=lambda found: (
+        _ints(found.groupdict(), "timeout_ms")
+        | ({"direction": found["pair_direction"].lower()} if found["pair_direction"] else {})
+    ),
 )
 
 

@@ -193,8 +193,9 @@ signature(
 
 signature(
     "memory.nccl_cuda_oom",
-    r"Cuda failure (?:\d+ )?'out of memory'|Failed to CUDA calloc (?P<requested>\d+) bytes",
-    anchors=("'out of memory'", "Failed to CUDA calloc"),
+    r"Cuda failure (?:\d+ )?'out of memory'"
+    r"|Failed to CUDA (?:calloc|malloc)(?: async)? (?P<requested>\d+) bytes",
+    anchors=("'out of memory'", "Failed to CUDA calloc", "Failed to CUDA malloc"),
     summary="NCCL could not allocate its GPU buffers: the GPU is full",
     extract=bytes_field("requested"),
 )

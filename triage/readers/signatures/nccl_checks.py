@@ -1,9 +1,11 @@
 """NCCL's own checks across the ranks and of the host, in the words of its WARN lines: two
 NCCL releases in one communicator, a CUDA too old for it, nodes with different network
 devices, NVLink peers it finds disabled, a multi-node NVLink domain it cannot use, and
-ranks sharing a GPU under NVLS. Each names its cause outright (checked against NCCL's
-sources: init.cc, ras/ras.cc, include/alloc.h, transport/net_socket.cc, bootstrap.cc,
-mnnvl.cc, graph/paths.cc, transport/nvls.cc)."""
+ranks sharing a GPU, a collective's buffer on another GPU than its communicator's, a
+library older than the code compiled against it, float8 reductions on a GPU before Hopper.
+Each names its cause outright (checked against NCCL's sources: init.cc, ras/ras.cc,
+include/alloc.h, transport/net_socket.cc, bootstrap.cc, mnnvl.cc, graph/paths.cc,
+transport/nvls.cc, misc/argcheck.cc, dev_runtime.cc, enqueue.cc)."""
 
 from __future__ import annotations
 
@@ -67,4 +69,39 @@ signature(
     r"communicator has multiple ranks using the same NVML device",
     anchors="multiple ranks using the same NVML device",
     summary="NVLS is forced on while several ranks of the communicator share one GPU",
+)
+
+# init.cc (NCCL 2.27+) refuses ranks of one communicator on one GPU unless told otherwise.
+signature(
+    "nccl.ranks_share_gpu",
+    r"Multiple Ranks are using the same GPU/Partition",
+    anchors="Multiple Ranks are using the same GPU",
+    summary="NCCL found several ranks of one communicator on the same GPU",
+)
+
+# argcheck.cc: `AllReduce : sendbuff allocated on device 1 mismatchs with NCCL device 0`.
+signature(
+    "nccl.buffer_on_other_gpu",
+    r"(?P<op>\w+) : (?P<buffer>\w+) allocated on device (?P<on>\d+) mismatchs with NCCL device"
+    r" (?P<nccl>\d+)",
+    anchors="mismatchs with NCCL device",
+    summary="a collective's buffer lives on another GPU than the rank's NCCL communicator",
+)
+
+# dev_runtime.cc / devcomm: the libnccl loaded at run time is older than the headers the
+# application (or a library such as torch) was compiled against.
+signature(
+    "nccl.library_too_old",
+    r"NCCL library is too old|NCCL library is not backwards compatible"
+    r"|compiled with too old version of NCCL",
+    anchors=("NCCL library is", "too old version of NCCL"),
+    summary="the libnccl loaded at run time is older than the one the code was built against",
+)
+
+# enqueue.cc: NCCL's float8 reductions need compute capability 9.0.
+signature(
+    "nccl.fp8_reduction_needs_sm90",
+    r"FP8 reduction support begins with sm90",
+    anchors="FP8 reduction support begins with sm90",
+    summary="NCCL reduces float8 only on Hopper (sm90) or newer GPUs",
 )

@@ -82,7 +82,8 @@ def backend_device(evidence: EvidenceSet) -> Iterator[Finding]:
     an NCCL group); `ProcessGroupGloo does not support reduce_scatter`, `Backend gloo does
     not support ...`, `ProcessGroupGloo::<op>: unsupported device type`, `Cannot use
     ReduceOp.PREMUL_SUM with Gloo`, `NCCL does not support all_reduce with sparse tensors`
-    (0.85); `Input tensor data type is not supported for NCCL process group: UInt32` (0.8);
+    (0.85); `Input tensor data type is not supported for NCCL process group: UInt32` and
+    NCCL's `FP8 reduction support begins with sm90 capable devices` (0.8);
     FSDP's `FSDP needs a non-CPU accelerator device, but no accelerator device is detected`
     (0.85); init_process_group's `We detected accelerator xpu on your machine. But we don't
     know which communication backend to use` (0.8);
@@ -172,6 +173,10 @@ def backend_device(evidence: EvidenceSet) -> Iterator[Finding]:
         fields = sparse[0][1].fields
         what = f"{fields['backend']} does not support {fields['op']} on sparse tensors"
         found.append((0.85, what, sparse, _FIX_SPARSE))
+    fp8 = signals(evidence, "nccl.fp8_reduction_needs_sm90")
+    if fp8:
+        what = "NCCL reduces float8 only on Hopper (sm90) or newer GPUs"
+        found.append((0.8, what, fp8, _FIX_DTYPE))
     dtype = signals(evidence, "setup.backend_dtype_unsupported")
     if dtype:
         fields = dtype[0][1].fields

@@ -184,7 +184,8 @@ def _describe(found: list[tuple[Evidence, LogSignal]]) -> str:
 def _what(sig: LogSignal) -> str:
     f = sig.fields
     if sig.signature == "hang.gloo_timeout":
-        return f"timed out after {f.get('timeout_ms')} ms waiting for a gloo {f.get('direction')}"
+        after = f" after {f['timeout_ms']} ms" if "timeout_ms" in f else ""
+        return f"timed out{after} waiting for a gloo {f.get('direction', 'transfer')}"
     if sig.signature == "hang.monitored_barrier":
         missing = rank_label(f.get("failed_ranks", []))
         return f"waited {f.get('timeout_ms')} ms in monitoredBarrier for {missing}"

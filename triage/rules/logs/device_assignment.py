@@ -75,6 +75,21 @@ _WORDED = (
         " the GPU of its local rank.",
     ),
     (
+        "nccl.ranks_share_gpu",
+        0.85,
+        "several ranks of one communicator use the same GPU",
+        _FIX_SHARED,
+    ),
+    (
+        "nccl.buffer_on_other_gpu",
+        0.7,
+        "a collective's tensor lives on another GPU than the rank's NCCL communicator",
+        "Create or move the tensors a collective takes onto the rank's own GPU"
+        " (.to(f'cuda:{local_rank}')), with torch.cuda.set_device(local_rank) before"
+        " init_process_group: a tensor made with device='cuda' lands on the current device,"
+        " cuda:0 until it is set.",
+    ),
+    (
         "nccl.nvls_shared_device",
         0.8,
         "several ranks of one communicator use the same GPU (NCCL refuses it under NVLS)",
@@ -188,7 +203,10 @@ def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
     """Ranks are mapped to GPUs wrongly: two on one device, or one on a device that is missing.
 
     What it detects:
-    NCCL's `Duplicate GPU detected : rank X and rank Y both on CUDA device Z`; NCCL_DEBUG=INFO
+    NCCL's `Duplicate GPU detected : rank X and rank Y both on CUDA device Z` and (2.27+)
+    `Multiple Ranks are using the same GPU/Partition` (0.85); NCCL's argument check
+    `AllReduce : sendbuff allocated on device 1 mismatchs with NCCL device 0` (0.7: a
+    collective's tensor on another GPU than its communicator's); NCCL_DEBUG=INFO
     `Init START/COMPLETE` lines of one communicator that place two processes on one busId of
     one host; `CUDA error: invalid device ordinal` (set_device(local_rank) with more ranks
     than GPUs, or RANK used instead of LOCAL_RANK on a second node; XPU and other backends

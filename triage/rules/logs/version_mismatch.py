@@ -38,7 +38,8 @@ def version_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     capability sm_120 is not compatible with the current PyTorch installation`, `the
     provided PTX was compiled with an unsupported toolchain`, Error 803 (user-mode driver
     and kernel module differ) and 804, torch's `cuDNN version incompatibility`, NVML's
-    `Driver/library version mismatch` (0.85: a driver upgraded without a reboot); a CUDA
+    `Driver/library version mismatch` (0.85: a driver upgraded without a reboot); NCCL's
+    `NCCL library is too old. This application was compiled with NCCL version` (0.8); a CUDA
     library the loader cannot find (`libcudart.so.12: cannot open shared object file`, 0.6).
 
     Why it happens:
@@ -134,6 +135,18 @@ def _findings(view: CommView) -> list[Found]:
     if differ:
         what = "NCCL found ranks of one communicator running different NCCL releases"
         found.append((0.9, what, differ, _SAME_ENV))
+    library = view.of("nccl.library_too_old")
+    if library:
+        found.append(
+            (
+                0.8,
+                "the libnccl loaded at run time is older than the one the code was built against",
+                library,
+                "Load the NCCL the application was built with: remove older libnccl from"
+                " LD_LIBRARY_PATH / LD_PRELOAD (a system or conda copy ahead of the"
+                " nvidia-nccl wheel), or upgrade the NCCL package to at least that version.",
+            )
+        )
     too_old = view.of("nccl.cuda_too_old")
     if too_old:
         what = "NCCL needs a newer CUDA driver than this host has"
