@@ -252,6 +252,12 @@ def test_a_request_too_large_to_print_keeps_no_number() -> None:
             "anon-rss:2kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:1kB oom_score_adj:0",
             "memory.oom_killer",
         ),
+        (
+            "[  123.456789] oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,"
+            "mems_allowed=0-1,oom_memcg=/slurm/uid_1000/job_123,task_memcg=/slurm/uid_1000/"
+            "job_123/step_0,task=python,pid=12345,uid=1000",
+            "memory.oom_kill_record",
+        ),
         ("terminate called after throwing an instance of 'std::bad_alloc'", "memory.bad_alloc"),
         ("MemoryError", "memory.host_memory_error"),
         (

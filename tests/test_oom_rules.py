@@ -434,6 +434,8 @@ def test_dataloader_worker_killed(tmp_path: Path) -> None:
         "Worker.__init__, pid=4242, memory used=61.2GB) was running was 240.10GB / 251.60GB"
         " (0.954), which exceeds the memory usage threshold of 0.95. Ray killed this worker\n",
         "trainer-0  Exited (137) 3 minutes ago\n",
+        "[  123.456789] oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,"
+        "mems_allowed=0-1,oom_memcg=/slurm/uid_1000/job_123,task=python,pid=12345,uid=1000\n",
     ],
 )
 def test_host_allocation_failures(tmp_path: Path, line: str) -> None:

@@ -16,6 +16,17 @@ signature(
     extract=kb_field,
 )
 
+# The kernel's own record of the kill, one line before `Killed process`:
+# `oom-kill:constraint=CONSTRAINT_MEMCG,...,task=python,pid=12345,uid=1000`.
+signature(
+    "memory.oom_kill_record",
+    r"oom-kill:constraint=(?P<constraint>CONSTRAINT_\w+),.*?\btask=(?P<comm>[^,]+),"
+    r"pid=(?P<victim_pid>\d+)",
+    anchors="oom-kill:constraint=",
+    summary="the kernel's OOM killer killed a process (host RAM or the container's memory limit)",
+    extract=lambda found: {"victim_pid": int(found["victim_pid"])},
+)
+
 signature(
     "memory.slurm_oom_kill",
     r"Detected (?P<count>\d+) oom[-_]kill event",
@@ -154,6 +165,7 @@ signature(
 
 HOST_OOM_SIGNALS = (
     "memory.oom_killer",
+    "memory.oom_kill_record",
     "memory.slurm_oom_kill",
     "memory.limit_kill",
     "memory.container_oom",

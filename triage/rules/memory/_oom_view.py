@@ -257,6 +257,7 @@ def _distinct(events: list[OomEvent]) -> list[OomEvent]:
 
 _HOST_STRENGTH = {
     "memory.oom_killer": 0.9,
+    "memory.oom_kill_record": 0.9,
     "memory.slurm_oom_kill": 0.9,
     "memory.limit_kill": 0.85,
     "memory.slurm_task_oom": 0.9,
