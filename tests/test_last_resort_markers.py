@@ -80,6 +80,42 @@ def test_a_job_cancelled_at_its_time_limit_may_have_hung(tmp_path: Path) -> None
     assert "--time" in top.fix
 
 
+@pytest.mark.parametrize(
+    "stop",
+    [
+        "slurmstepd: error: *** STEP 88231.0 ON gpu-node-03 CANCELLED AT 2024-05-02T03:12:44"
+        " DUE TO TIME LIMIT ***",
+        "slurmstepd: error: *** JOB 88231 ON gpu-node-03 CANCELLED AT 2024-05-02T03:12:44 ***",
+    ],
+    ids=["time-limit", "scancel"],
+)
+def test_tasks_the_scheduler_killed_when_it_stopped_the_job_are_no_crash(
+    tmp_path: Path, stop: str
+) -> None:
+    """srun reports the tasks it killed on the way out; they neither crashed nor ran out of
+    memory."""
+    text = f"step 1200 loss 2.113\n{stop}\nsrun: error: gpu-node-03: tasks 0-7: Killed\n"
+    report = analyze_files(tmp_path, {"slurm-88231.out": text})
+    top = report.hypotheses[0]
+    assert top.cause_id == "hang.unknown", report.hypotheses
+    assert "scancel" in top.title if "JOB" in stop else "time limit" in top.title
+
+
+@pytest.mark.parametrize(
+    "killed",
+    [
+        "srun: error: gpu-node-03: tasks 0-7: Killed",
+        "mpirun noticed that process rank 3 with PID 0 on node n3 exited on signal 9 (Killed).",
+    ],
+)
+def test_tasks_killed_outside_a_scheduler_stop_are_a_host_oom_guess(
+    tmp_path: Path, killed: str
+) -> None:
+    report = analyze_files(tmp_path, {"slurm-88231.out": killed + "\n"})
+    top = report.hypotheses[0]
+    assert (top.cause_id, top.confidence) == ("oom.host", 0.6), report.hypotheses
+
+
 def test_two_gpus_in_one_op_is_a_device_mapping_error(tmp_path: Path) -> None:
     text = (
         "RuntimeError: Expected all tensors to be on the same device, but found at least two"

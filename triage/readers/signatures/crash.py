@@ -133,3 +133,13 @@ signature(
     anchors="DUE TO TIME LIMIT",
     summary="the scheduler cancelled the job at its time limit (a hang, or too little time)",
 )
+
+# `*** JOB 123 ON node-03 CANCELLED AT 2024-05-01T10:00:00 ***` without a reason: scancel,
+# by the user or an administrator (the time limit and a node failure give theirs).
+signature(
+    "scheduler.cancelled",
+    r"\*\*\* (?:JOB|STEP) (?P<job>[\w.]+) ON (?P<host>[\w.-]+) CANCELLED AT \S+"
+    r"(?: DUE TO PREEMPTION)? \*\*\*",
+    anchors="CANCELLED AT",
+    summary="the scheduler cancelled the job on request (scancel) or to preempt it",
+)

@@ -58,6 +58,9 @@ def rank_crashed(evidence: EvidenceSet) -> Iterator[Finding]:
     input outside the range the kernel checks (a label past the classes, an index past a
     tensor); the fix then says which input to look at.
 
+    srun's `Killed` / `Terminated` for tasks of a job the scheduler stopped (its time limit,
+    scancel) are the scheduler's own kills, not read.
+
     Known false positives:
     A crash that is itself a symptom (a peer's watchdog aborting after a timeout the text
     does not show).
@@ -66,7 +69,13 @@ def rank_crashed(evidence: EvidenceSet) -> Iterator[Finding]:
     https://pytorch.org/docs/stable/elastic/errors.html
     """
     raised = first_exception(evidence) is not None
-    found = signals(evidence, *_CRASHES) + [
+    # a scheduler that stops a job (its time limit, scancel) kills the tasks itself
+    stopped = bool(signals(evidence, "scheduler.time_limit", "scheduler.cancelled"))
+    found = [
+        item
+        for item in signals(evidence, *_CRASHES)
+        if not (stopped and item[1].fields.get("how") in ("Killed", "Terminated"))
+    ] + [
         item
         for item in signals(evidence, *_EXITS)
         if item[1].fields.get("exitcode") not in _TEARDOWN_CODES

@@ -15,7 +15,8 @@ def stopped_from_outside(evidence: EvidenceSet) -> Iterator[Finding]:
     """The job was stopped from outside, and nothing else is in the text.
 
     What it detects:
-    Slurm's `CANCELLED AT ... DUE TO TIME LIMIT`; torchrun's `Received SIGINT death signal,
+    Slurm's `CANCELLED AT ... DUE TO TIME LIMIT` and its plain `*** JOB 123 ON node-03
+    CANCELLED AT ... ***` (scancel); torchrun's `Received SIGINT death signal,
     shutting down workers` (a Ctrl-C, SIGTERM or SIGHUP: a person or a scheduler stopped
     the launcher), when no other rule finds anything.
 
@@ -39,20 +40,22 @@ def stopped_from_outside(evidence: EvidenceSet) -> Iterator[Finding]:
     https://slurm.schedmd.com/sbatch.html#OPT_time
     """
     limit = signals(evidence, "scheduler.time_limit")
+    cancelled = signals(evidence, "scheduler.cancelled")
     stopped = [
         item
         for item in signals(evidence, "elastic.signal_received")
         if item[1].fields.get("signal") in ("SIGINT", "SIGTERM", "SIGHUP")
     ]
-    found = limit or stopped
+    found = limit or cancelled or stopped
     if not found:
         return
-    signal = "" if limit else str(found[0][1].fields["signal"])
-    how = (
-        "the scheduler cancelled the job at its time limit"
-        if limit
-        else f"the launcher was stopped by {signal}"
-    )
+    signal = "" if limit or cancelled else str(found[0][1].fields["signal"])
+    if limit:
+        how = "the scheduler cancelled the job at its time limit"
+    elif cancelled:
+        how = "the job was cancelled (scancel, by its user or an administrator)"
+    else:
+        how = f"the launcher was stopped by {signal}"
     hangup = (
         " SIGHUP is also what a launcher gets when the terminal or SSH session it runs in"
         " closes: start it under nohup, setsid, tmux or screen, or submit it to the scheduler."

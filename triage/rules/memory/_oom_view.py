@@ -292,6 +292,12 @@ def _host_events(evidence: EvidenceSet) -> list[HostEvent]:
     ):
         if _killed(sig):
             out.append(HostEvent(sig.signature, sig.rank, 0.6, sig.text, ev.id))
+    # srun's `tasks 0-7: Killed` and mpirun's `exited on signal 9`; a scheduler that stops a
+    # job at its time limit or on scancel kills its tasks the same way, and says so
+    if not signals(evidence, "scheduler.time_limit", "scheduler.cancelled"):
+        for ev, sig in signals(evidence, "scheduler.task_exit"):
+            if _killed(sig) or sig.fields.get("how") == "Killed":
+                out.append(HostEvent(sig.signature, sig.rank, 0.6, sig.text, ev.id))
     teardown = signals(evidence, "elastic.teardown")
     stopped = signals(evidence, "elastic.signal_received")  # the launcher itself was signalled
     if (
