@@ -412,6 +412,35 @@ def names(line: str) -> dict[str, dict[str, object]]:
             "setup.mesh_too_big",
             {"mesh_size": "8"},
         ),
+        (
+            "ValueError: dp_shard * dp_replicate * cp * tp * pp (16) != world_size (8)",
+            "setup.parallel_dims",
+            {"world_size": "8"},
+        ),
+        (
+            "ValueError: Expects the number of devices in the mesh (16) to equal the world size"
+            " (8)",
+            "setup.parallel_dims",
+            {"mesh": "16", "world": "8"},
+        ),
+        (
+            "RuntimeError: DeviceMesh must include every process in WORLD, but WORLD_SIZE(8) !="
+            " mesh size(4), unless it is a submesh",
+            "setup.parallel_dims",
+            {"world_of_mesh": "8", "mesh_size": "4"},
+        ),
+        (
+            "AssertionError: Checkpoint was saved with tensor_model_parallel_size=2 but is being"
+            " loaded with tensor_model_parallel_size=4",
+            "setup.checkpoint_saved_with",
+            {"dim": "tensor_model_parallel_size", "saved": "2", "now": "4"},
+        ),
+        (
+            "AssertionError: num_attention_heads (14) must be a multiple of"
+            " tensor_model_parallel_size (4).",
+            "setup.parallel_size_splits_model",
+            {"what": "num_attention_heads (14)"},
+        ),
         (SAMPLER_RANK, "setup.rank_out_of_range", {"bad_rank": "3", "max_rank": "1"}),
         (NEW_GROUP_RANK, "setup.rank_out_of_range", {"group_rank": "3", "world_size": "1"}),
         (MEGATRON_DIVISIBLE, "setup.world_not_divisible", {"by": "2"}),
@@ -757,7 +786,30 @@ def test_a_checkpoint_sharded_for_another_model_parallel_size(tmp_path: Path) ->
     assert "(1 saved, 4 now)" in verdict.title and "consolidated" in verdict.fix
 
 
-@pytest.mark.parametrize("text", [SAMPLER_RANK, NEW_GROUP_RANK, MEGATRON_DIVISIBLE, VLLM_EQUAL])
+def test_a_checkpoint_saved_at_another_tensor_parallel_size(tmp_path: Path) -> None:
+    text = (
+        "AssertionError: Checkpoint was saved with tensor_model_parallel_size=2 but is being"
+        " loaded with tensor_model_parallel_size=4\n"
+    )
+    verdict = top(analyze_files(tmp_path, {"rank0.log": text}))
+    assert verdict.cause_id == "config.world_size_mismatch" and "(2 saved, 4 now)" in verdict.title
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        SAMPLER_RANK,
+        NEW_GROUP_RANK,
+        MEGATRON_DIVISIBLE,
+        VLLM_EQUAL,
+        "ValueError: dp_shard * dp_replicate * cp * tp * pp (16) != world_size (8)",
+        "ValueError: Expects the number of devices in the mesh (16) to equal the world size (8)",
+        "RuntimeError: DeviceMesh must include every process in WORLD, but WORLD_SIZE(8) !="
+        " mesh size(4), unless it is a submesh",
+        "AssertionError: num_attention_heads (14) must be a multiple of"
+        " tensor_model_parallel_size (4).",
+    ],
+)
 def test_rank_and_size_checks(tmp_path: Path, text: str) -> None:
     verdict = top(analyze_files(tmp_path, {"train.log": text}))
     assert verdict.cause_id == "config.world_size_mismatch"

@@ -387,11 +387,12 @@ signature(
     r"(?i)\b(?:total\s+)?(?:the\s+)?(?P<what>(?:number\s+of\s+|num_?)?"
     r"(?:attention[ _]heads|(?:key[ _]value|kv|query)[ _]heads|heads|hidden[ _]layers|layers"
     r"|experts|hidden[ _]size|intermediate[ _]size|vocab(?:ulary)?[ _]size)\b"
-    r"(?:\s*\(?\d+\)?)?)[^\n]{0,20}?\s(?:must|should)\s+be\s+(?:evenly\s+)?divisible\s+by\s+"
+    r"(?:\s*\(?\d+\)?)?)[^\n]{0,20}?\s(?:must|should)\s+be\s+(?:evenly\s+)?"
+    r"(?:divisible\s+by|a\s+multiple\s+of)\s+"
     r"(?P<by>(?:the\s+)?(?:(?:tensor|pipeline|expert|context|sequence|model)[ _]"
     r"(?:model[ _])?parallel(?:[ _](?:size|degree|world[ _]size))?|[tpec]p[ _]?size|mp[ _]?size)"
     r"\b[^\n]{0,40})",
-    anchors=("divisible by",),
+    anchors=("divisible by", "multiple of"),
     summary="the parallel size does not divide a model dimension (attention heads, layers)",
 )
 
@@ -419,6 +420,17 @@ signature(
     r"(?:\((?P<saved>\d+)\))?[^\n]{0,40}?(?:is not equal|does not match|doesn't match|"
     r"mismatch|!=)[^\n]{0,60}?(?:\((?P<now>\d+)\))?",
     anchors=("parallel_size", "parallel size", "parallel_degree", "parallel degree"),
+    summary="a checkpoint saved at one parallel size is loaded at another",
+)
+
+# `Checkpoint was saved with tensor_model_parallel_size=2 but is being loaded with
+# tensor_model_parallel_size=4`: the size it was saved with, then the size it is loaded at.
+signature(
+    "setup.checkpoint_saved_with",
+    r"(?i)\b(?:saved|trained|sharded|created) (?:with|at|for) (?P<dim>\w*parallel\w*)"
+    r"(?:=| of | )(?P<saved>\d+)\b[^\n]{0,60}?\b(?:load\w*|restor\w*|resum\w*|run\w*)"
+    r" (?:with|at|for) (?:\w*parallel\w*(?:=| of | ))?(?P<now>\d+)\b",
+    anchors=("parallel",),
     summary="a checkpoint saved at one parallel size is loaded at another",
 )
 
@@ -453,9 +465,22 @@ signature(
 
 signature(
     "setup.parallel_dims",
-    # torchtitan's `... != WORLD_SIZE(8)`, nanotron's `TP*CP*DP*PP=1*1*2*2=4 != WORLD_SIZE=8`
-    r"!= WORLD_SIZE[(=](?P<world_size>\d+)",
-    anchors=("!= WORLD_SIZE(", "!= WORLD_SIZE="),
+    # torchtitan's `... != WORLD_SIZE(8)` and `dp_shard * dp_replicate * cp * tp * pp (16) !=
+    # world_size (8)`, nanotron's `TP*CP*DP*PP=1*1*2*2=4 != WORLD_SIZE=8`; DeviceMesh's own
+    # `Expects the number of devices in the mesh (16) to equal the world size (8)` and
+    # `WORLD_SIZE(8) != mesh size(4)`
+    r"(?i)!= ?world[ _]?size ?[(=]? ?(?P<world_size>\d+)"
+    r"|number of devices in the mesh \((?P<mesh>\d+)\) to equal the world size \((?P<world>\d+)\)"
+    r"|WORLD_SIZE ?\((?P<world_of_mesh>\d+)\) != mesh size ?\((?P<mesh_size>\d+)\)",
+    anchors=(
+        "!= WORLD_SIZE",
+        "!= world_size",
+        "!= world size",
+        "!=world_size",
+        "!=WORLD_SIZE",
+        "to equal the world size",
+        "!= mesh size",
+    ),
     summary="the product of the parallel dimensions (dp, tp, pp, cp) differs from WORLD_SIZE",
 )
 

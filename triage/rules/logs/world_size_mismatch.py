@@ -118,21 +118,25 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
 
     What it detects:
     `Mesh should not be bigger than default world size N, but found M ranks!`, DeviceMesh's
-    homogeneous-hardware and mesh/group checks; `world size (N) is not divisible by ...`,
-    torchtitan's `... != WORLD_SIZE(N)`; an inference engine's world larger than its GPUs
+    homogeneous-hardware and mesh/group checks (`Expects the number of devices in the mesh
+    (16) to equal the world size (8)`, `WORLD_SIZE(8) != mesh size(4)`); `world size (N) is
+    not divisible by ...`, torchtitan's `... != WORLD_SIZE(N)` and `dp_shard * dp_replicate *
+    cp * tp * pp (16) != world_size (8)`; an inference engine's world larger than its GPUs
     (vLLM's `World size (8) is larger than the number of available GPUs (4)`, Ray's
     `Cannot provide a placement group requiring 8 GPUs`); `Invalid rank N, rank should be in the interval
     [0, M]` (DistributedSampler), new_group's `Rank N is out of range`; the store-based
     barrier counting more workers than world_size (`world_size=2, worker_count=4`); NCCL's
     bootstrap seeing a different rank count or one rank twice; a checkpoint's
     `tensor_model_parallel_size value from checkpoint (1) is not equal to ... (2)`, llama's
-    `Loading a checkpoint for MP=1 but world size is 4`; load_state_dict's size mismatches
+    `Loading a checkpoint for MP=1 but world size is 4`, `Checkpoint was saved with
+    tensor_model_parallel_size=2 but is being loaded with ...=4`; load_state_dict's size mismatches
     that all differ by one whole factor in one dimension (a tensor-parallel shard loaded
     whole); DeepSpeed's `train_batch_size is not equal to micro_batch_per_gpu *
     gradient_acc_step * world_size 32 != 4 * 1 * 1` (and the Trainer's `ds
     train_batch_size=32 vs hf train_batch_size (calculated)=4`); a parallel size that does not divide
     the model (vLLM's `Total number of attention heads (52) must be divisible by tensor
-    parallel size (8)`, `num_attention_heads must be divisible by tensor_model_parallel_size`);
+    parallel size (8)`, `num_attention_heads (14) must be a multiple of
+    tensor_model_parallel_size (4)`);
     a collective's buffers sized for another world (0.55: ProcessGroupNCCL's `output tensor
     size must be equal to world_size times input tensor size`, gloo's `invalid output tensor
     list at index 0 (expected length 1, got 2)`, all_to_all's `Split sizes doesn't match
@@ -218,6 +222,7 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     saved = signals(
         evidence,
         "setup.checkpoint_parallel_size",
+        "setup.checkpoint_saved_with",
         "setup.checkpoint_mp_world",
         "setup.checkpoint_world_size",
     )
