@@ -135,6 +135,17 @@ signature(
     extract=lambda found: {"gpus": int(found["gpus"]), "value": float(found["value"])},
 )
 
+# An evaluation's sample count beside the world size it ran at (torchvision's reference
+# scripts: `Acc@1 69.760 Acc@5 89.075, 50004 samples processed -- world_size = 6`).
+signature(
+    "generic.samples_per_world_size",
+    r"\b(?P<samples>\d+) (?:samples|images|examples|sequences|utterances|sentences)\b[^\n]{0,60}?"
+    r"\bworld[_ ]size\s*[=:]?\s*(?P<gpus>\d+)",
+    anchors=("world_size", "world size"),
+    summary="an evaluated-sample count at one world size (compare the lines for others)",
+    extract=lambda found: {"gpus": int(found["gpus"]), "samples": int(found["samples"])},
+)
+
 # A line a logger marked as an error (`ERROR`, `FATAL`, `CRITICAL` as its level, `error:`
 # opening it) that no other signature reads: the last generic marker, so that a failure in
 # words no rule knows is still a failure. (glog's `[E1125 ...]` prefix is left out: its

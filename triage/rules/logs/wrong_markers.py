@@ -6,10 +6,8 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._signals import Signal, ranks_of, signals
-
-#: A metric that moves less than this share between GPU counts is noise, not a finding.
-_DRIFT = 0.02
+from triage.rules.logs._signals import ranks_of, signals
+from triage.rules.logs._world_metrics import metric_moves, shown
 
 
 @rule("logs.wrong_markers", "wrong.unknown")
@@ -44,15 +42,15 @@ def wrong_markers(evidence: EvidenceSet) -> Iterator[Finding]:
     https://pytorch.org/docs/stable/notes/ddp.html
     """
     differ = signals(evidence, "generic.values_differ")
-    drift = _drift(signals(evidence, "generic.metric_per_world_size"))
+    drift = metric_moves(evidence)
     if not differ and not drift:
         return
-    seen = differ[0][1].text[:120] if differ else _table(drift)
+    seen = f"`{differ[0][1].text[:120]}`" if differ else shown(drift)
     what = "a comparison of results failed" if differ else "the metric moves with the GPU count"
     ranks = ranks_of(s for _, s in differ)
     yield Finding(
         title=f"results differ where they should match: {what}",
-        summary=f"The text shows results that should agree and do not (`{seen}`), without the"
+        summary=f"The text shows results that should agree and do not ({seen}), without the"
         " lines that say which per-GPU computation makes them differ.",
         ranks=ranks,
         confidence=0.2,
@@ -64,19 +62,3 @@ def wrong_markers(evidence: EvidenceSet) -> Iterator[Finding]:
         " same global batch.",
         confirm="the same global batch and learning rate give the same metric at two GPU counts",
     )
-
-
-def _drift(found: list[Signal]) -> list[Signal]:
-    """The metric lines, when they span two GPU counts and the metric moves between them."""
-    by_count = {s.fields["gpus"]: (e, s) for e, s in found}
-    if len(by_count) < 2:
-        return []
-    low, high = by_count[min(by_count)][1], by_count[max(by_count)][1]
-    a, b = float(low.fields["value"]), float(high.fields["value"])
-    if abs(a - b) <= _DRIFT * max(abs(a), abs(b), 1e-12):
-        return []
-    return [by_count[n] for n in sorted(by_count)]
-
-
-def _table(drift: list[Signal]) -> str:
-    return "; ".join(s.text.strip() for _, s in drift)[:120]
