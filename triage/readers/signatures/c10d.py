@@ -94,15 +94,20 @@ signature(
 
 
 def _connect(found: re.Match[str]) -> dict[str, Any]:
-    host = found["host"] or found["host2"] or ""
+    host = found["host"] or found["host2"] or found["host3"] or ""
     # errno 99 on [localhost] is the IPv6 attempt of a loopback store: noise, not a failure
     return {"host": host, "noise": found["errno"] == "99" and host in ("localhost", "::1")}
 
 
+# One address's attempt (`... to [node-03]:29500 (errno: 111 - Connection refused)`), and the
+# client's last word once every address failed (`... to any network address of (node-03,
+# 29500).`).
 signature(
     "c10d.connect_failed",
     r"client socket has failed to connect to (?:\[(?P<host>[^\]]+)\]|(?P<host2>[^\s:]+)):(?P<port>\d+)"
-    r" \(errno: (?P<errno>\d+) - (?P<reason>[^)]+)\)",
+    r" \(errno: (?P<errno>\d+) - (?P<reason>[^)]+)\)"
+    r"|client socket has failed to connect to any network address of \((?P<host3>[^,()\s]+),"
+    r" (?P<port3>\d+)\)",
     anchors="client socket has failed to connect to",
     summary="a client's connection attempt to the store failed (refused, unreachable)",
     extract=_connect,
@@ -220,13 +225,24 @@ signature(
     peer_symptom=True,
 )
 
+# ProcessGroupNCCL (torch >= 2.6) names the peer whose failure reached it through NCCL's
+# remote-error path: `[PG ID 2 PG GUID 5 Rank 3]  remote error detected from rank: 6`.
+signature(
+    "nccl.remote_error_from",
+    r"remote error detected from rank:? ?(?P<from_rank>\d+)",
+    anchors="remote error detected from rank",
+    summary="NCCL reported an error from a named remote rank: that rank failed first",
+    peer_symptom=True,
+    extract=lambda found: {"from_rank": int(found["from_rank"])},
+)
+
 # A socket call in NCCL, gloo or the store failing with EMFILE: one socket per peer
 # connection meets the process's open-files limit (1024 soft by default) at scale.
 signature(
     "net.fd_exhausted",
     r"(?:nccl|NCCL|[Ss]ocket|[Bb]ootstrap|[Gg]loo|[Aa]ccept|[Cc]onnect)\S*.{0,80}?"
-    r"Too many open files",
-    anchors="Too many open files",
+    r"(?:Too|too) many open files",
+    anchors=("Too many open files", "too many open files"),
     summary="a communication socket could not be opened: the open-files limit is reached",
 )
 

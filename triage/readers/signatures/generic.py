@@ -14,7 +14,8 @@ signature(
     "generic.collective_stall",
     r"collective operation timeout|Detected mismatch between collectives|"
     r"Timeout\(ms\)=\d+|ncclCommWatchdog|checkTimeout|[Ss]tall(?:ed)? (?:[Ii]nspector|ranks?)|"
-    r"missing ranks:|due to a collective timeout|ranks timed out during dispatch",
+    r"missing ranks:|due to a collective timeout|ranks timed out during dispatch|"
+    r"due to collective timeout or exception|Observed flight recorder dump signal",
     anchors=(
         "collective operation timeout",
         "Detected mismatch between collectives",
@@ -32,6 +33,10 @@ signature(
         # vLLM's expert-parallel all2all: `Fault detected in EP all2all communication: one or
         # more ranks timed out during dispatch/combine.`
         "ranks timed out during dispatch",
+        # the monitor thread ending the process after a watchdog's timeout (torch >= 2.6),
+        # and a rank told by another's watchdog to dump its Flight Recorder buffer
+        "due to collective timeout or exception",
+        "Observed flight recorder dump signal",
     ),
     summary="a collective timed out, stalled or mismatched across ranks (cause not named)",
 )

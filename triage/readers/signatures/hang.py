@@ -66,7 +66,12 @@ signature(
     r"(?:, Timeout\(ms\)=(?P<timeout_ms>\d+))?\)"
     r"(?: ran for (?P<ran_ms>\d+) milliseconds before timing out)?",
     # A pasted log often wraps before `WorkNCCL(`: the second half still names the work.
-    anchors=("collective operation timeout: Work", "milliseconds before timing out"),
+    # TORCH_NCCL_BLOCKING_WAIT's own: `Work WorkNCCL(SeqNum=42, ...) timed out in blocking wait.`
+    anchors=(
+        "collective operation timeout: Work",
+        "milliseconds before timing out",
+        "timed out in blocking wait",
+    ),
     summary="the process-group watchdog timed out a collective on this rank (op, sequence number, sizes)",
     extract=_watchdog,
 )
@@ -141,8 +146,15 @@ def _stuck(found: re.Match[str]) -> dict[str, Any]:
 signature(
     "hang.watchdog_stuck",
     r"Heartbeat monitor timed out!.*?(?:workMetaList_\.size\(\)\s*=\s*(?P<pending>\d+))?$"
-    r"|watchdog got stuck for (?P<stuck_s>\d+) seconds",
-    anchors=("Heartbeat monitor timed out", "watchdog got stuck for"),
+    r"|watchdog got stuck for (?P<stuck_s>\d+) seconds"
+    # torch >= 2.6's monitor thread, as it ends the process; and its check of the GIL
+    r"|due to ProcessGroupNCCL watchdog hang|possible GIL induced hang",
+    anchors=(
+        "Heartbeat monitor timed out",
+        "watchdog got stuck for",
+        "due to ProcessGroupNCCL watchdog hang",
+        "possible GIL induced hang",
+    ),
     summary="the watchdog thread itself stopped (a CUDA/NCCL call or the GIL blocks the process)",
     extract=_stuck,
 )
@@ -252,15 +264,18 @@ def _barrier(found: re.Match[str]) -> dict[str, Any]:
     fields = _reporter(found)
     # Only rank 0 coordinates monitoredBarrier: a report without a prefix is rank 0's.
     fields.setdefault("rank", 0)
-    fields["failed_ranks"] = [int(r) for r in re.findall(r"\d+", found.group(1))]
-    fields["timeout_ms"] = int(found["timeout_ms"])
+    fields["failed_ranks"] = [int(r) for r in re.findall(r"\d+", found["failed"] or "")]
+    fields["timeout_ms"] = int(found["timeout_ms"] or found["after_ms"])
     return fields
 
 
+# The ranks that never arrived; or, when rank 0's own time ran out while it still waited,
+# `Rank 0 timed out in monitoredBarrier after 30000 ms.` (the ranks it had processed follow).
 signature(
     "hang.monitored_barrier",
-    r"Ranks? (\d+(?:, ?\d+)*) failed to pass monitoredBarrier in (?P<timeout_ms>\d+) ms",
-    anchors="failed to pass monitoredBarrier",
+    r"Ranks? (?P<failed>\d+(?:, ?\d+)*) failed to pass monitoredBarrier in (?P<timeout_ms>\d+) ms"
+    r"|Rank \d+ timed out in monitoredBarrier after (?P<after_ms>\d+) ms",
+    anchors=("failed to pass monitoredBarrier", "timed out in monitoredBarrier"),
     summary="monitoredBarrier (or DETAIL's check before a collective) names the ranks that never arrived",
     extract=_barrier,
 )

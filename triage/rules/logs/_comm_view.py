@@ -142,6 +142,8 @@ class Origin:
     evidence: list[str]
     traceback: TracebackRecord | None = None
     first: bool = False
+    #: Known only because a peer's NCCL named it: its own error is not in the text.
+    named_by_peer: bool = False
 
     @property
     def location(self) -> Location | None:
@@ -429,6 +431,12 @@ def _origins(
             found.append(
                 Origin(s.rank, "the first process to exit with an error", [e.id], first=True)
             )
+    for e, s in by_name.get("nccl.remote_error_from", []):
+        named = s.fields["from_rank"]
+        if named not in lost:
+            who = f"rank {s.rank}'s" if s.rank is not None else "a peer's"
+            what = f"named by {who} NCCL as the source of a remote error"
+            found.append(Origin(named, what, [e.id], named_by_peer=True))
     for e, t in tbs:
         if t.dump or not (t.exception or t.message):
             continue

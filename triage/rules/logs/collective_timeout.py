@@ -187,7 +187,8 @@ def _what(sig: LogSignal) -> str:
         after = f" after {f['timeout_ms']} ms" if "timeout_ms" in f else ""
         return f"timed out{after} waiting for a gloo {f.get('direction', 'transfer')}"
     if sig.signature == "hang.monitored_barrier":
-        missing = rank_label(f.get("failed_ranks", []))
+        failed = f.get("failed_ranks", [])
+        missing = rank_label(failed) if failed else "ranks that never arrived"
         return f"waited {f.get('timeout_ms')} ms in monitoredBarrier for {missing}"
     if sig.signature == "hang.watchdog_progress":
         group = f", process group {f['pg']}" if "pg" in f else ""

@@ -20,7 +20,8 @@ def peer_failure(evidence: EvidenceSet) -> Iterator[Finding]:
     network error`, NCCL `socketProgress: Connection closed by remote peer`, a store read of
     0 bytes, a broken pipe on a gloo or store socket), and the ranks whose own failure is
     none of these: a traceback with another exception, torchelastic's first observed
-    failure, an exit by a fatal signal.
+    failure, an exit by a fatal signal, or the rank ProcessGroupNCCL names in `remote error
+    detected from rank: 6` (torch >= 2.6; 0.5, its own error not in the text).
 
     Why it happens:
     When one rank dies, every rank connected to it sees its sockets close. On gloo the peers
@@ -109,7 +110,10 @@ def peer_failure(evidence: EvidenceSet) -> Iterator[Finding]:
         confidence=confidence,
         evidence=[i for o in origins for i in o.evidence][:6] + witness_ids[:4],
         fix=(
-            f"Fix {who}'s own error ({lead.what[:120]}); the connection errors on the other "
+            f"Collect {who}'s own output (torchrun --redirects 3 --tee 3, or its node's log):"
+            " its failure is the cause; the connection errors on the other ranks follow from it."
+            if lead.named_by_peer
+            else f"Fix {who}'s own error ({lead.what[:120]}); the connection errors on the other "
             "ranks follow from it and go away with it."
         ),
         confirm=f"{who}'s error precedes the connection errors of the other ranks",

@@ -1,0 +1,84 @@
+"""torch's own C++ words for distributed failures (ProcessGroupNCCL.cpp, ProcessGroupGloo.cpp,
+socket.cpp, TCPStoreLibUvBackend.cpp, as torch 2.6+ prints them): each reads as its cause,
+with the rank a line names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import analyze_files
+
+PG = "[PG ID 0 PG GUID 0(default_pg) Rank 3]"
+
+
+@pytest.mark.parametrize(
+    ("line", "cause"),
+    [
+        (
+            "[rank3]:[E1127 06:50:01.258079789 ProcessGroupNCCL.cpp:740] [Rank 3] Work"
+            " WorkNCCL(SeqNum=42, OpType=ALLREDUCE, NumelIn=1048576, NumelOut=1048576,"
+            " Timeout(ms)=600000) timed out in blocking wait.",
+            "hang.collective_timeout",
+        ),
+        (
+            "[E1127 06:50:01.123456789 ProcessGroupGloo.cpp:67] Rank 0 timed out in"
+            " monitoredBarrier after 30000 ms.",
+            "hang.collective_timeout",
+        ),
+        (
+            f"[rank3]:[F1127 06:50:01.432297789 ProcessGroupNCCL.cpp:1512] {PG} Terminating the"
+            " process after attempting to dump debug info, due to ProcessGroupNCCL watchdog hang.",
+            "hang.collective_timeout",
+        ),
+        (
+            f"[rank3]:[E1127 06:50:01.471892789 ProcessGroupNCCL.cpp:1830] {PG} Could not acquire"
+            " GIL within 300 ms on exit, possible GIL induced hang",
+            "hang.collective_timeout",
+        ),
+        (
+            f"[rank3]:[E1127 06:50:01.448135789 ProcessGroupNCCL.cpp:1710] {PG} Observed flight"
+            " recorder dump signal from another rank via TCPStore.",
+            "hang.unknown",
+        ),
+        (
+            "[E1127 06:50:02.899337789 socket.cpp:818] [c10d] The client socket has failed to"
+            " connect to any network address of (node-03, 29500).",
+            "comm.rendezvous",
+        ),
+    ],
+    ids=[
+        "blocking-wait",
+        "monitored-barrier-own-timeout",
+        "watchdog-hang",
+        "gil",
+        "dump-signal",
+        "connect-any-address",
+    ],
+)
+def test_torchs_own_words_read_as_their_cause(tmp_path: Path, line: str, cause: str) -> None:
+    top = analyze_files(tmp_path, {"rank3.log": line + "\n"}).hypotheses[0]
+    assert top.cause_id == cause, (top.cause_id, top.title)
+
+
+def test_the_rank_nccl_names_in_a_remote_error_is_the_culprit(tmp_path: Path) -> None:
+    text = (
+        "[rank3]:[E1127 06:50:01.543163789 ProcessGroupNCCL.cpp:2074] [PG ID 2 PG GUID 5 Rank"
+        " 3]  remote error detected from rank: 6\n"
+        "[rank3]: torch.distributed.DistBackendError: NCCL error in:"
+        " /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3690, remote process exited"
+        " or there was a network error, NCCL version 2.26.2\n"
+    )
+    top = analyze_files(tmp_path, {"rank3.log": text}).hypotheses[0]
+    assert (top.cause_id, top.ranks, top.confidence) == ("comm.peer_failure", [6], 0.5)
+    assert "rank 6's own output" in top.fix and "Rank 3 only reports losing it" in top.summary
+
+
+def test_a_store_out_of_descriptors_is_named_in_lower_case_too(tmp_path: Path) -> None:
+    line = (
+        "[W1127 06:50:03.384421789 TCPStoreLibUvBackend.cpp:1247] [c10d] Failed to accept client"
+        " due to Failed to accept socket. code: -24, name: EMFILE, message: too many open files"
+    )
+    top = analyze_files(tmp_path, {"store.log": line + "\n"}).hypotheses[0]
+    assert "open-files limit" in top.summary or "ulimit -n" in top.fix, top
