@@ -47,6 +47,52 @@ PG = "[PG ID 0 PG GUID 0(default_pg) Rank 3]"
             " connect to any network address of (node-03, 29500).",
             "comm.rendezvous",
         ),
+        (
+            "torch.distributed.DistBackendError: NCCL timeout in communicator initialization.",
+            "comm.unknown",
+        ),
+        (
+            "torch.distributed.DistNetworkError: Failed to send, sent 0 bytes. Connection was"
+            " likely closed. Did the remote end crash?",
+            "comm.peer_failure",
+        ),
+        (
+            "torch.distributed.DistBackendError: NCCL communicator was aborted on rank 3.",
+            "comm.peer_failure",
+        ),
+        (
+            "torch.distributed.DistNetworkError: Ping failed, invalid value returned from server."
+            " Expected: 48213, Got: 0",
+            "comm.rendezvous",
+        ),
+        (
+            "RuntimeError: Timeout waiting for key: default_pg/0//cuda//0 after 1800000 ms",
+            "comm.rendezvous",
+        ),
+        ("RuntimeError: Cannot resolve node-03 to a (local) address", "comm.wrong_interface"),
+        (
+            "torch.distributed.DistBackendError: Not able to create/get the NCCL Communicator"
+            " since the GPU devices are not known. If you want to run a collective, please call"
+            " torch.cuda.set_device() first",
+            "config.device_assignment",
+        ),
+        (
+            "ValueError: Failed to infer a GPU device id to perform barrier.",
+            "config.device_assignment",
+        ),
+        (
+            "RuntimeError: Tensor's dim 0 does not divide equally across group size",
+            "config.world_size_mismatch",
+        ),
+        (
+            "ValueError: AVG requires NCCL 2.10+. The current version is 2.9",
+            "config.backend_device",
+        ),
+        (
+            "RuntimeError: all_reduce does not support MAX on complex tensors",
+            "config.backend_device",
+        ),
+        ("RuntimeError: Unsupported Float8 type for NCCL reduction", "config.backend_device"),
     ],
     ids=[
         "blocking-wait",
@@ -55,6 +101,18 @@ PG = "[PG ID 0 PG GUID 0(default_pg) Rank 3]"
         "gil",
         "dump-signal",
         "connect-any-address",
+        "nccl-init-timeout",
+        "send-closed",
+        "communicator-aborted",
+        "store-ping",
+        "filestore-key",
+        "gloo-hostname",
+        "gpu-unknown",
+        "barrier-device",
+        "split-sizes",
+        "avg-old-nccl",
+        "complex-max",
+        "float8-type",
     ],
 )
 def test_torchs_own_words_read_as_their_cause(tmp_path: Path, line: str, cause: str) -> None:
@@ -82,3 +140,15 @@ def test_a_store_out_of_descriptors_is_named_in_lower_case_too(tmp_path: Path) -
     )
     top = analyze_files(tmp_path, {"store.log": line + "\n"}).hypotheses[0]
     assert "open-files limit" in top.summary or "ulimit -n" in top.fix, top
+
+
+def test_an_abort_for_this_ranks_own_timeout_is_no_lost_peer(tmp_path: Path) -> None:
+    """Older torch appends the abort's reason: a timeout of the rank's own is a stall."""
+    line = (
+        "RuntimeError: NCCL communicator was aborted on rank 0.  Original reason for failure"
+        " was: [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=4015,"
+        " OpType=_ALLGATHER_BASE, Timeout(ms)=1800000) ran for 1806375 milliseconds before"
+        " timing out."
+    )
+    causes = [h.cause_id for h in analyze_files(tmp_path, {"rank0.log": line + "\n"}).hypotheses]
+    assert causes[0] == "hang.collective_timeout" and "comm.peer_failure" not in causes, causes

@@ -115,6 +115,28 @@ signature(
     summary="the backend does not implement this reduction",
 )
 
+# ProcessGroupNCCL's checks of an op against the NCCL it loaded and the tensor's type:
+# `AVG requires NCCL 2.10+`, `PreMulSum requires NCCL>=2.11.1`, `Capturing NCCL collectives
+# is only allowed with NCCL >= 2.9.6`, `Cannot use ReduceOp.AVG with boolean inputs`,
+# `all_reduce does not support MAX on complex tensors`, `Unsupported Float8 type for NCCL
+# reduction`.
+signature(
+    "setup.nccl_lacks_op",
+    r"(?P<op>AVG|PreMulSum|\w+\(\)) requires NCCL ?(?:>=)? ?(?P<needed>\d[\d.]*)"
+    r"|Capturing NCCL collectives is only allowed with NCCL >= (?P<capture>[\d.]+)"
+    r"|Cannot use ReduceOp\.(?P<bool_op>\w+) with boolean inputs"
+    r"|(?P<coll>\w+) does not support ?(?P<complex_op>\w+?) ?on complex tensors"
+    r"|Unsupported Float8 type for NCCL reduction",
+    anchors=(
+        " requires NCCL",
+        "Capturing NCCL collectives is only allowed",
+        "with boolean inputs",
+        "on complex tensors",
+        "Unsupported Float8 type for NCCL",
+    ),
+    summary="the NCCL this job loads has no form of this reduction (too old, or the dtype)",
+)
+
 # ProcessGroupNCCL's dtype table: NCCL has no type for it (unsigned 16/32/64-bit integers,
 # float8 before NCCL 2.24, bfloat16 before 2.10).
 signature(

@@ -189,8 +189,12 @@ signature(
 
 signature(
     "c10d.store_error",
-    r"DistStoreError(?::\s*(?P<message>.*))?",
-    anchors="DistStoreError",
+    r"DistStoreError(?::\s*(?P<message>.*))?"
+    # the client's check that the store answers (another service on MASTER_PORT), and
+    # FileStore's wait for a key (file:// init: a rank that never wrote it)
+    r"|(?P<ping>Ping failed, invalid value returned from server)"
+    r"|Timeout waiting for key: (?P<key>\S+) after (?P<ms>\d+) ms",
+    anchors=("DistStoreError", "Ping failed, invalid value", "Timeout waiting for key: "),
     summary="a TCPStore operation failed (timeout waiting for a key or for clients)",
 )
 
@@ -222,6 +226,27 @@ signature(
     r"(?P<port>\d+)",
     anchors=("Connection closed by peer", "Socket unexpectedly closed", "Socket closed"),
     summary="gloo's peer closed the connection: that process exited or crashed",
+    peer_symptom=True,
+)
+
+# A collective on a communicator this rank's watchdog already aborted after a peer's
+# failure: `NCCL communicator was aborted on rank 3.` (older torch appends `Original reason
+# for failure was:` and, for a timeout of this rank's own, that is no lost peer).
+signature(
+    "nccl.communicator_aborted",
+    r"NCCL communicator was aborted on rank (?P<aborted_on>\d+)\.?(?!.*(?:[Tt]imeout|timed out))",
+    anchors="NCCL communicator was aborted",
+    summary="a collective met a communicator its watchdog had aborted after an earlier failure",
+    peer_symptom=True,
+)
+
+# c10d's socket send to a peer or the store whose other end is gone: `Failed to send, sent 0
+# bytes. Connection was likely closed. Did the remote end crash?`
+signature(
+    "net.send_closed",
+    r"Connection was likely closed\. Did the remote end crash\?",
+    anchors="Connection was likely closed",
+    summary="a send found its connection closed: the process on the other end likely died",
     peer_symptom=True,
 )
 
@@ -302,8 +327,9 @@ signature(
 
 signature(
     "gloo.loopback_fallback",
-    r"Unable to resolve hostname to a \(local\) address",
-    anchors="Unable to resolve hostname to a (local) address",
+    r"Unable to resolve hostname to a \(local\) address"
+    r"|Cannot resolve (?P<host>\S+) to a \(local\) address",
+    anchors=("Unable to resolve hostname to a (local) address", "to a (local) address"),
     summary="gloo fell back to the loopback address: other hosts cannot reach this rank",
 )
 

@@ -48,11 +48,15 @@ signature(
     r"internal error - please report this issue to the NCCL developers|"
     r"Connection (?:refused|reset by peer|closed by peer)|DistNetworkError|"
     r"RendezvousConnectionError|RendezvousTimeoutError|c10d::.*?Store|"
+    # a non-blocking communicator's own deadline (`NCCL timeout in communicator
+    # initialization.`, `NCCL timeout in: .../NCCLUtils.cpp:197`)
+    r"NCCL timeout in\b|"
     # ProcessGroupNCCL's watchdog died on an error of the collectives' stream; a custom
     # all-reduce kernel's CUDA check (vLLM's, SGLang's `custom_all_reduce.cuh:455`)
     r"watchdog thread terminated with exception|"
     r"Cuda error \S*all_?(?:reduce|gather)\S*:\d+ '[^']+'",
     anchors=(
+        "NCCL timeout in",
         "NCCL failure",
         "NCCL error",
         "ncclInternalError",

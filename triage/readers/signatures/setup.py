@@ -279,6 +279,19 @@ signature(
     summary="the process group guessed a rank's GPU from its rank (no device was bound to it)",
 )
 
+# ProcessGroupNCCL without a device to build its communicator on or to run barrier() on:
+# no torch.cuda.set_device and no device_id= before the first collective.
+signature(
+    "setup.group_device_unknown",
+    r"Not able to create/get the NCCL Communicator since the GPU devices are not known"
+    r"|Failed to infer a GPU device id to perform barrier",
+    anchors=(
+        "since the GPU devices are not known",
+        "Failed to infer a GPU device id to perform barrier",
+    ),
+    summary="ProcessGroupNCCL does not know which GPU this rank uses (no set_device/device_id)",
+)
+
 # ProcessGroupNCCL refusing a collective on a tensor that is not on the device the group
 # was bound to (`device_id=` in init_process_group, or the current device when it was made).
 signature(
@@ -344,7 +357,10 @@ signature(
     r"|ProcessGroupGloo::(?P<op>\w+): invalid (?:output tensor list|tensor size) at index \d+"
     r" \(expected (?P<expected>[^,]+), got (?P<got>[^)]+\)?)\)"
     r"|Check failed: outputShape\[0\] \* worldSize == inputShape\[0\]"
-    r"|Split sizes doesn't match total dim 0 size",
+    r"|Split sizes doesn't match total dim 0 size"
+    r"|Tensor's dim 0 does not divide equally across group size"
+    r"|Number of tensor splits not equal to group size"
+    r"|invalid input tensor list size, must be world size",
     anchors=(
         "must be equal to world_size times input tensor size",
         "must be the same size as output size times world size",
@@ -352,6 +368,9 @@ signature(
         ": invalid tensor size at index",
         "outputShape[0] * worldSize == inputShape[0]",
         "Split sizes doesn't match total dim 0 size",
+        "does not divide equally across group size",
+        "Number of tensor splits not equal to group size",
+        "invalid input tensor list size, must be world size",
     ),
     summary="a collective's output or input buffer is not sized for the group's world size",
 )

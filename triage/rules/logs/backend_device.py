@@ -83,7 +83,9 @@ def backend_device(evidence: EvidenceSet) -> Iterator[Finding]:
     not support ...`, `ProcessGroupGloo::<op>: unsupported device type`, `Cannot use
     ReduceOp.PREMUL_SUM with Gloo`, `NCCL does not support all_reduce with sparse tensors`
     (0.85); `Input tensor data type is not supported for NCCL process group: UInt32` and
-    NCCL's `FP8 reduction support begins with sm90 capable devices` (0.8);
+    NCCL's `FP8 reduction support begins with sm90 capable devices` (0.8); ProcessGroupNCCL's
+    `AVG requires NCCL 2.10+`, `Cannot use ReduceOp.AVG with boolean inputs`, `all_reduce
+    does not support MAX on complex tensors` (0.75);
     FSDP's `FSDP needs a non-CPU accelerator device, but no accelerator device is detected`
     (0.85); init_process_group's `We detected accelerator xpu on your machine. But we don't
     know which communication backend to use` (0.8);
@@ -173,6 +175,10 @@ def backend_device(evidence: EvidenceSet) -> Iterator[Finding]:
         fields = sparse[0][1].fields
         what = f"{fields['backend']} does not support {fields['op']} on sparse tensors"
         found.append((0.85, what, sparse, _FIX_SPARSE))
+    lacks = signals(evidence, "setup.nccl_lacks_op")
+    if lacks:
+        what = "the NCCL this job loads has no form of this reduction (too old, or the dtype)"
+        found.append((0.75, what, lacks, _FIX_OP))
     fp8 = signals(evidence, "nccl.fp8_reduction_needs_sm90")
     if fp8:
         what = "NCCL reduces float8 only on Hopper (sm90) or newer GPUs"

@@ -75,6 +75,15 @@ _WORDED = (
         " the GPU of its local rank.",
     ),
     (
+        "setup.group_device_unknown",
+        0.6,
+        "ProcessGroupNCCL does not know which GPU this rank uses",
+        "Bind each rank to its GPU before the first collective:"
+        " torch.cuda.set_device(int(os.environ['LOCAL_RANK'])), or"
+        " init_process_group(..., device_id=torch.device('cuda', local_rank)); barrier() then"
+        " runs on that device (or pass device_ids=[local_rank] to it).",
+    ),
+    (
         "nccl.ranks_share_gpu",
         0.85,
         "several ranks of one communicator use the same GPU",
@@ -206,7 +215,9 @@ def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
     NCCL's `Duplicate GPU detected : rank X and rank Y both on CUDA device Z` and (2.27+)
     `Multiple Ranks are using the same GPU/Partition` (0.85); NCCL's argument check
     `AllReduce : sendbuff allocated on device 1 mismatchs with NCCL device 0` (0.7: a
-    collective's tensor on another GPU than its communicator's); NCCL_DEBUG=INFO
+    collective's tensor on another GPU than its communicator's); ProcessGroupNCCL's `GPU
+    devices are not known` and `Failed to infer a GPU device id to perform barrier` (0.6:
+    no set_device or device_id); NCCL_DEBUG=INFO
     `Init START/COMPLETE` lines of one communicator that place two processes on one busId of
     one host; `CUDA error: invalid device ordinal` (set_device(local_rank) with more ranks
     than GPUs, or RANK used instead of LOCAL_RANK on a second node; XPU and other backends
