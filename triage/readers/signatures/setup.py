@@ -360,7 +360,10 @@ signature(
     r"|Split sizes doesn't match total dim 0 size"
     r"|Tensor's dim 0 does not divide equally across group size"
     r"|Number of tensor splits not equal to group size"
-    r"|invalid input tensor list size, must be world size",
+    r"|invalid input tensor list size, must be world size"
+    r"|(?:Output|Input) list size should be \d+, same as size of the process group"
+    r"|tensor list size \d+ does not match world size \d+"
+    r"|output lists should be equal to world size",
     anchors=(
         "must be equal to world_size times input tensor size",
         "must be the same size as output size times world size",
@@ -371,6 +374,9 @@ signature(
         "does not divide equally across group size",
         "Number of tensor splits not equal to group size",
         "invalid input tensor list size, must be world size",
+        "same as size of the process group",
+        "does not match world size",
+        "output lists should be equal to world size",
     ),
     summary="a collective's output or input buffer is not sized for the group's world size",
 )
