@@ -85,6 +85,11 @@ PG = "[PG ID 0 PG GUID 0(default_pg) Rank 3]"
             "config.world_size_mismatch",
         ),
         (
+            "ValueError: ProcessGroupNCCL::gather: Incorrect output list size 4. Output list size"
+            " should be 8, same as size of the process group.",
+            "config.world_size_mismatch",
+        ),
+        (
             "ValueError: AVG requires NCCL 2.10+. The current version is 2.9",
             "config.backend_device",
         ),
@@ -110,6 +115,7 @@ PG = "[PG ID 0 PG GUID 0(default_pg) Rank 3]"
         "gpu-unknown",
         "barrier-device",
         "split-sizes",
+        "gather-list-size",
         "avg-old-nccl",
         "complex-max",
         "float8-type",
