@@ -27,6 +27,11 @@ CRASHES = {
     "heap": "free(): corrupted unsorted chunks",
     "double-free": "double free or corruption (!prev)",
     "openmpi": "[rack1-93-slot7:186363] Signal: Aborted (6)",
+    "ray": "(raylet) A worker died or was killed while executing a task by an unexpected system"
+    " error. Worker PID: 5678 Worker exit type: SYSTEM_ERROR Worker exit detail: Worker"
+    " unexpectedly exits with a connection error code 2. End of file.",
+    "kubelet": "Warning  BackOff  1m (x10 over 5m)  kubelet  Back-off restarting failed"
+    " container pytorch in pod trainer-worker-1_default",
 }
 
 

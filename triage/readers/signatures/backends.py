@@ -24,12 +24,15 @@ signature(
     r"Found no NVIDIA driver on your system|couldn't communicate with the NVIDIA driver"
     r"|CUDA driver initialization failed, you might not have a CUDA gpu"
     r'|could not select device driver "" with capabilities: \[\[gpu\]\]'
+    # the NVIDIA container runtime's hook, on a host whose driver is not loaded
+    r"|nvidia-container-cli: initialization error: (?:nvml error: )?driver not loaded"
     r"|deserialize object on a CUDA device but torch\.cuda\.is_available\(\) is False",
     anchors=(
         "Found no NVIDIA driver on your system",
         "couldn't communicate with the NVIDIA driver",
         "CUDA driver initialization failed",
         "with capabilities: [[gpu]]",
+        "nvidia-container-cli: initialization error",
         "torch.cuda.is_available() is False",
     ),
     summary="no GPU is usable in this process: no driver loaded, or none passed to the container",

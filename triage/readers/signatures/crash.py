@@ -100,6 +100,24 @@ signature(
     extract=_fields,
 )
 
+# A worker the orchestrator saw die without a Python error of its own: Ray's `Worker exit
+# type: SYSTEM_ERROR` / `UNEXPECTED_SYSTEM_EXIT` (its detail lists the OOM killer, `ray stop`
+# and a native crash as the usual causes) and `The actor died unexpectedly`, the kubelet's
+# `Back-off restarting failed container` (a container that keeps exiting).
+signature(
+    "scheduler.worker_died",
+    r"Worker exit type: (?P<exit_type>SYSTEM_ERROR|UNEXPECTED_SYSTEM_EXIT)"
+    r"|The actor died unexpectedly before finishing this task"
+    r"|Back-off restarting failed container (?P<container>\S+)",
+    anchors=(
+        "Worker exit type: SYSTEM_ERROR",
+        "Worker exit type: UNEXPECTED_SYSTEM_EXIT",
+        "The actor died unexpectedly",
+        "Back-off restarting failed container",
+    ),
+    summary="the orchestrator (Ray, Kubernetes) saw a worker die without an error of its own",
+)
+
 # Open MPI names the first process that exited with a non-zero status ("The first process
 # to do so was: Process name: [[jobid,1],vpid]"): the vpid is its MPI rank.
 signature(

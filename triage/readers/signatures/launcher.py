@@ -119,6 +119,18 @@ signature(
     summary="srun created its job step after waiting for resources",
 )
 
+# The scheduler cannot give the job what it asks for at all: Slurm's `Requested node
+# configuration is not available` (more GPUs, CPUs or memory per node than any node has, a
+# partition or constraint without them), Kubernetes' `0/4 nodes are available: 4 Insufficient
+# nvidia.com/gpu` (a pod that stays Pending).
+signature(
+    "scheduler.unsatisfiable",
+    r"Requested node configuration is not available"
+    r"|(?P<free>\d+)/(?P<nodes>\d+) nodes are available:[^.\n]*?Insufficient (?P<resource>[\w./-]+)",
+    anchors=("Requested node configuration is not available", "nodes are available:"),
+    summary="the scheduler has no node that offers what the job requests",
+)
+
 # Open MPI's mpirun asked for more processes than its hosts offer slots.
 signature(
     "mpi.not_enough_slots",

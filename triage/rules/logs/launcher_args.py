@@ -68,7 +68,9 @@ def launcher_args(evidence: EvidenceSet) -> Iterator[Finding]:
     permitted` (0.7), srun waiting on resources another step holds (`step creation
     temporarily disabled, retrying (Requested nodes are busy)`, 0.6: an srun inside a script
     srun started; not when `Step created for StepId=...` follows), mpirun's `There are not enough slots available in the system to satisfy
-    the 8 slots` (0.75).
+    the 8 slots` (0.75); a request no node can serve (0.65: Slurm's `Requested node
+    configuration is not available`, Kubernetes' `0/4 nodes are available: 4 Insufficient
+    nvidia.com/gpu`).
 
     Why it happens:
     `torch.distributed.launch` appends `--local-rank=N` to the script's argv (torch >= 2.0
@@ -292,7 +294,7 @@ def _still_refused(evidence: EvidenceSet, name: str) -> list[Signal]:
     ]
 
 
-_SCHEDULER_TEXT = re.compile(r"srun|mpirun|SLURM")
+_SCHEDULER_TEXT = re.compile(r"srun|sbatch|mpirun|SLURM|nodes are available")
 
 _SCHEDULER = (
     (
@@ -310,6 +312,15 @@ _SCHEDULER = (
         "Do not start a second step on resources a running step holds: run the script under"
         " one srun (no srun inside a script srun already started), or give the inner srun"
         " --overlap (Slurm 20.11 and later) and size each step with --exact.",
+    ),
+    (
+        "scheduler.unsatisfiable",
+        0.65,
+        "the scheduler has no node that offers what the job requests",
+        "Request what one node has: GPUs per node (Slurm --gres=gpu:N or --gpus-per-node,"
+        " a pod's nvidia.com/gpu limit) at most a node's count (`sinfo -o '%N %G'`, `kubectl"
+        " describe nodes`), memory and CPUs within a node's, and a partition or node selector"
+        " whose nodes have GPUs; more GPUs come from more nodes, not more per node.",
     ),
     (
         "mpi.not_enough_slots",

@@ -20,6 +20,7 @@ _CRASHES = (
     "scheduler.task_exit",
     "scheduler.first_exit",
     "scheduler.node_failure",
+    "scheduler.worker_died",
 )
 _EXITS = ("elastic.worker_failed", "elastic.child_failed", "elastic.process_signal",
           "spawn.process_signal")  # fmt: skip
@@ -34,7 +35,9 @@ def rank_crashed(evidence: EvidenceSet) -> Iterator[Finding]:
     dumped`, `terminate called after throwing`, `Fatal Python error:`), a CUDA kernel fault
     (illegal memory access, device-side assert) or any other failed CUDA call (`Failed:
     Cuda error attention.cu:455 'invalid argument'`), a node the scheduler or Ray lost
-    (`DUE TO NODE FAILURE`, `The actor died because its node has died`), srun's or mpirun's
+    (`DUE TO NODE FAILURE`, `The actor died because its node has died`), a worker Ray or
+    the kubelet saw die (`Worker exit type: SYSTEM_ERROR`, `Back-off restarting failed
+    container`), srun's or mpirun's
     report of a task that
     exited with a code or a signal, torchrun's `failed (exitcode: N)`, when no other rule
     finds anything. It stands only then. A positive exit code beside a Python exception is
