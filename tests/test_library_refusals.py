@@ -537,3 +537,16 @@ def test_nccl_warning_of_no_infiniband_device_is_no_infiniband_fault(tmp_path: P
     text = "node1:1234:1300 [0] transport/net_ib/init.cc:200 NCCL WARN NET/IB : No device found."
     report = analyze_files(tmp_path, {"rank0.log": text})
     assert not [h for h in report.hypotheses if h.cause_id == "comm.infiniband"]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "nvidia-fabricmanager.service: Main process exited, code=exited, status=1/FAILURE",
+        "nvidia-fabricmanager.service: Failed with result 'exit-code'.",
+    ],
+)
+def test_the_fabric_managers_systemd_failure_is_the_fabric(tmp_path: Path, line: str) -> None:
+    """systemd's own words for the service's failure, as `systemctl status` shows them."""
+    top = analyze_files(tmp_path, {"journal.log": line + "\n"}).hypotheses[0]
+    assert (top.cause_id, top.confidence) == ("comm.fabric", 0.85)

@@ -537,14 +537,17 @@ signature(
 
 signature(
     "fabric.manager_failed",
-    r"nvidia-fabricmanager\.service: Control process exited, code=(?P<code>\w+), "
+    r"nvidia-fabricmanager\.service: (?:Control|Main) process exited, code=(?P<code>\w+), "
     r"status=(?P<status>\S+)"
+    r"|nvidia-fabricmanager\.service: Failed with result '(?P<result>[\w-]+)'"
     r"|Job for nvidia-fabricmanager\.service failed"
     r"|fabric manager config file item: (?P<item>\w+) has an invalid value"
     r"|ExecStart=\S*nv-fabricmanager\b.*\(code=exited, status=(?P<exit>[^)]+)\)",
     anchors=(
         "nv-fabricmanager",
         "nvidia-fabricmanager.service: Control process exited",
+        "nvidia-fabricmanager.service: Main process exited",
+        "nvidia-fabricmanager.service: Failed with result",
         "Job for nvidia-fabricmanager.service failed",
         "fabric manager config file item:",
     ),
