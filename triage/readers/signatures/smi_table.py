@@ -5,6 +5,9 @@ the picture of ranks that never chose their own device.
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from triage.readers.signatures import signature
 
 signature(
@@ -15,14 +18,22 @@ signature(
     extract=lambda found: {"gpu": int(found["gpu"])},
 )
 
+
+def _memory(found: re.Match[str]) -> dict[str, Any]:
+    fields = {"used": int(found["used"]), "total": int(found["total"])}
+    return fields | ({"util": int(found["util"])} if found["util"] else {})
+
+
 # The line under a GPU row: fan, temperature, power, then the GPU's memory in use and its
-# size (`| 36%   30C    P8    15W / 250W |   6520MiB / 10989MiB |`).
+# size, and its utilisation (`| 36%   30C    P8    15W / 250W |   6520MiB / 10989MiB |
+# 100%      Default |`).
 signature(
     "smi.gpu_memory",
-    r"^\|?\s*(?:\d+%|N/A)\s+\d+C\s+\S+.*?\|\s+(?P<used>\d+)MiB\s*/\s*(?P<total>\d+)MiB\s*\|",
+    r"^\|?\s*(?:\d+%|N/A)\s+\d+C\s+\S+.*?\|\s+(?P<used>\d+)MiB\s*/\s*(?P<total>\d+)MiB\s*\|"
+    r"(?:\s+(?P<util>\d{1,3})%)?",
     anchors="MiB /",
-    summary="nvidia-smi's memory in use on the GPU of the row above",
-    extract=lambda found: {"used": int(found["used"]), "total": int(found["total"])},
+    summary="nvidia-smi's memory in use on the GPU of the row above (and its utilisation)",
+    extract=_memory,
 )
 
 signature(
