@@ -17,6 +17,15 @@ DRIFT = 0.02
 WORLD_SIGNATURES = frozenset({"generic.metric_per_world_size", "generic.samples_per_world_size"})
 
 
+#: The rerun that tells an unscaled learning rate from BatchNorm per GPU.
+SEPARATE = (
+    "rerun at the smallest and largest GPU count with the same global batch (per-GPU batch x"
+    " GPUs) and the learning rate scaled with it: if the gap closes it was the scaling; if it"
+    " stays and the model has BatchNorm, convert it with"
+    " torch.nn.SyncBatchNorm.convert_sync_batchnorm(model) and compare again"
+)
+
+
 def samples_move(evidence: EvidenceSet) -> list[Signal]:
     """Evaluated counts that differ across world sizes by fewer samples than the largest
     world size: one dataset, padded to a multiple of the ranks."""
