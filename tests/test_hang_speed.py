@@ -24,6 +24,7 @@ import psutil
 import pytest
 from pydantic import ValidationError
 
+from tests.conftest import wait_for_environ
 from triage.observations import MeshRecord, ProbeSnapshot, TensorRecord, TensorStats
 from triage.readers import host_facts, probe_snapshots, processes
 from triage.readers.probe_snapshots import (
@@ -98,7 +99,9 @@ def launched() -> Iterator[tuple[int, list[int]]]:
     launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER], stdout=subprocess.PIPE, text=True)
     try:
         assert launcher.stdout is not None
-        yield launcher.pid, [int(pid) for pid in launcher.stdout.readline().split()]
+        ranks = [int(pid) for pid in launcher.stdout.readline().split()]
+        wait_for_environ(ranks)
+        yield launcher.pid, ranks
     finally:
         for child in psutil.Process(launcher.pid).children(recursive=True):
             child.kill()

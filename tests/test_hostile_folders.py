@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import triage_cli
+from tests.conftest import triage_cli, wait_for_environ
 from triage.cli.common import load
 from triage.registry import REGISTRY
 
@@ -107,6 +107,7 @@ def test_a_zombie_rank_is_named_exited_not_sent_to_the_gaps() -> None:
     )
     dead = subprocess.Popen([sys.executable, "-c", "pass"], env={**env, "RANK": "1"})
     try:
+        wait_for_environ([live.pid])
         deadline = time.monotonic() + 30
         while psutil.Process(dead.pid).status() != psutil.STATUS_ZOMBIE:
             assert time.monotonic() < deadline
