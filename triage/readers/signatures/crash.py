@@ -37,7 +37,9 @@ signature(
     r"(?:free|malloc|realloc|munmap_chunk)\(\): (?:corrupted|invalid)[\w .-]*|"
     r"double free or corruption[\w ()!-]*|corrupted size vs\. prev_size|"
     # Open MPI's handler when a rank dies on a signal: `[host:pid] Signal: Aborted (6)`
-    r"\] Signal: (?:Segmentation fault|Aborted|Bus error|Illegal instruction) \(\d+\))",
+    r"\] Signal: (?:Segmentation fault|Aborted|Bus error|Illegal instruction) \(\d+\)|"
+    # SGLang's launcher: `Subprocess process_0 (pid=48213) crashed with exit code -6.`
+    r"crashed with exit code -(?:6|11|7|4|8)\b)",
     anchors=(
         "Segmentation fault",
         "segmentation fault encountered in worker",
@@ -55,6 +57,7 @@ signature(
         "double free or corruption",
         "corrupted size vs. prev_size",
         "] Signal: ",
+        "crashed with exit code -",
     ),
     summary="a process crashed (a segfault, an abort, an uncaught C++ exception, heap corruption)",
     extract=_fields,

@@ -15,7 +15,12 @@ signature(
     r"collective operation timeout|Detected mismatch between collectives|"
     r"Timeout\(ms\)=\d+|ncclCommWatchdog|checkTimeout|[Ss]tall(?:ed)? (?:[Ii]nspector|ranks?)|"
     r"missing ranks:|due to a collective timeout|ranks timed out during dispatch|"
-    r"due to collective timeout or exception|Observed flight recorder dump signal",
+    r"due to collective timeout or exception|Observed flight recorder dump signal|"
+    # DeepEP's expert-parallel kernels and CPU waits (`DeepEP timeout for dispatch receivers,
+    # rank 3, ...`, `DeepEP error: timeout (dispatch CPU)`), TransformerEngine's userbuffers
+    # (`[userbuffers.cu:...] ... expecting 1287 got 1286`, `CE deadlock DETECTED`)
+    r"DeepEP\b[^\n]{0,60}?\btimeout|\[userbuffers\.cu:[^\]]+\][^\n]*?expecting \d+,? (?:got|observed) \d+|"
+    r"CE deadlock DETECTED",
     anchors=(
         "collective operation timeout",
         "Detected mismatch between collectives",
@@ -37,6 +42,9 @@ signature(
         # and a rank told by another's watchdog to dump its Flight Recorder buffer
         "due to collective timeout or exception",
         "Observed flight recorder dump signal",
+        "DeepEP",
+        "[userbuffers.cu:",
+        "CE deadlock DETECTED",
     ),
     summary="a collective timed out, stalled or mismatched across ranks (cause not named)",
 )

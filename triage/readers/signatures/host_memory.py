@@ -82,7 +82,9 @@ signature(
 signature(
     "memory.exit_sigkill",
     r"(?i:return code|exit code|exit status|exitcode|"
-    r"(?:exited|terminated|failed|died) with (?:exit )?(?:code|status))\s*[=:]?\s*-9\b"
+    r"(?:exited|terminated|failed|died) with (?:exit )?(?:code|status)|"
+    # SGLang's launcher: `Scheduler or DataParallelController 48213 terminated with -9`
+    r"\bterminated with)\s*[=:]?\s*-9\b"
     r"|died with <Signals\.SIGKILL: 9>|killed by signal 9\b",
     anchors=(
         "return code = -9",
@@ -91,6 +93,7 @@ signature(
         "exit status -9",
         "with code -9",
         "with status -9",
+        "terminated with -9",
         "died with <Signals.SIGKILL: 9>",
         "killed by signal 9",
     ),
