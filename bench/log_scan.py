@@ -9,15 +9,17 @@ writes the files, with failures planted at known lines:
 - dense: a 1 GB NCCL_DEBUG_SUBSYS=COLL rank log, every line a matching per-op INFO line,
   two NCCL WARN shared-memory lines buried in the middle, a DistBackendError at the end;
 - job: a folder of 64 rank logs of 100 MB each like the dense one: one rank ran out of
-  /dev/shm, every other rank's watchdog times out.
+  /dev/shm, every other rank's watchdog times out;
+- steps: a 1 GB training log whose every line is a step's metrics with its GPU memory
+  (torchtitan's `step: 10  loss: 2.31  memory: 61.30GiB(77.45%)`), a CUDA OOM at the end.
 
 Reported per case: the ratios to grep, triage's peak RSS (its largest process, from wait4:
 the pool's workers are its children) and the peak proportional set size of all its
 processes together (sampled), every planted line found or not, and the top hypothesis.
 Targets: at most 3x grep and under 200 MB peak RSS; every planted line found; the dense
-log and the job say comm.shm_exhausted. Exit 1 when triage crashes or misses a line.
+log and the job say comm.shm_exhausted, the steps log an OOM of GPU capacity. Exit 1 when triage crashes or misses a line.
 
-    python bench/log_scan.py [--cases sparse,dense,job] [--size-mb 1024] [--files 64]
+    python bench/log_scan.py [--cases sparse,dense,job,steps] [--size-mb 1024] [--files 64]
                              [--file-mb 100] [--repeat 3] [--tmpdir DIR]
 """
 
@@ -45,11 +47,17 @@ from triage.readers import signatures
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # the log shapes live beside this file, in bench/
 
-from bench.log_shapes import Planted, write_dense, write_job, write_sparse  # noqa: E402
+from bench.log_shapes import (  # noqa: E402
+    Planted,
+    write_dense,
+    write_job,
+    write_sparse,
+    write_steps,
+)
 
 TARGET_RATIO = 3.0
 TARGET_RSS_MB = 200.0
-EXPECTED = {"dense": "comm.shm_exhausted", "job": "comm.shm_exhausted"}
+EXPECTED = {"dense": "comm.shm_exhausted", "job": "comm.shm_exhausted", "steps": "oom.capacity"}
 
 
 @dataclass
@@ -174,9 +182,10 @@ def make(name: str, folder: Path, args: argparse.Namespace) -> Case:
     else:
         target = folder / f"{name}" / "rank3.log"
         target.parent.mkdir()
-        writer: Callable[[Path, int], list[Planted]] = (
-            write_dense if name == "dense" else write_sparse
-        )
+        writer: Callable[[Path, int], list[Planted]] = {
+            "dense": write_dense,
+            "steps": write_steps,
+        }.get(name, write_sparse)
         planted = writer(target, args.size_mb << 20)
         files = [target]
     seconds = time.perf_counter() - started
@@ -256,8 +265,10 @@ def show(case: Case, run: Run) -> bool:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", default="sparse,dense,job")
-    parser.add_argument("--size-mb", type=int, default=1024, help="The sparse and dense logs.")
+    parser.add_argument("--cases", default="sparse,dense,job,steps")
+    parser.add_argument(
+        "--size-mb", type=int, default=1024, help="The sparse, dense and steps logs."
+    )
     parser.add_argument("--files", type=int, default=64, help="Rank logs in the job folder.")
     parser.add_argument("--file-mb", type=int, default=100, help="Each rank log of the job.")
     parser.add_argument("--repeat", type=int, default=3)

@@ -7,7 +7,9 @@
   DistBackendError at the end (the cause: comm.shm_exhausted);
 - job: a folder of such rank logs, one per rank of a 64-rank job: one rank ran out of
   /dev/shm (its WARN lines in the middle, its error at the end, three collectives short of
-  its peers), and every other rank's watchdog times out at the end of its log.
+  its peers), and every other rank's watchdog times out at the end of its log;
+- steps: a training loop that prints its GPU memory every step, as torchtitan does (every
+  line a matching line), ending in a CUDA out-of-memory traceback.
 
 Text is what torch and NCCL print (NCCL 2.21, torch 2.5), behind torchrun's `[rankN]:`.
 """
@@ -243,6 +245,50 @@ def write_sparse(path: Path, size: int) -> list[Planted]:
     for item in planted:
         item.path = str(path)
     return [p for p in planted if p.first]
+
+
+def step_line(step: int, rng: random.Random) -> str:
+    """torchtitan's per-step metrics line (its colour codes left out), behind `[rank0]:`."""
+    seconds = step * 2
+    stamp = f"2026-03-02 {seconds // 3600 % 24:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+    memory = 61.2 + rng.random() * 0.4
+    return (
+        f"[rank0]:[titan] {stamp},{rng.randint(0, 999):03d} - root - INFO - step: {step:5d}  "
+        f"loss: {2.1 + rng.random() * 0.4:7.4f}  memory: {memory:5.2f}GiB({memory / 0.7915:.2f}%)"
+        f"  tps: {rng.randint(7_000, 8_000):,}  tflops: {380 + rng.random() * 40:.2f}"
+        f"  mfu: {38 + rng.random() * 4:.2f}%\n"
+    )
+
+
+def write_steps(path: Path, size: int) -> list[Planted]:
+    """A per-step log of about `size` bytes (one block of lines repeated, step numbers
+    running on), then the CUDA out-of-memory traceback that ended it."""
+    rng = random.Random(11)
+    step = 0
+    written = 0
+    with path.open("w") as out:
+        while written < size:
+            block = "".join(step_line(step + i, rng) for i in range(10_000))
+            out.write(block)
+            written += len(block)
+            step += 10_000
+        final = Planted(
+            "CUDA OOM at the end",
+            [
+                "[rank0]:Traceback (most recent call last):\n",
+                '[rank0]:  File "/workspace/torchtitan/train.py", line 431, in train_step\n',
+                "[rank0]:    loss.backward()\n",
+                "[rank0]:torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+                " GPU 0 has a total capacity of 79.15 GiB of which 1.02 GiB is free. Including"
+                " non-PyTorch memory, this process has 78.12 GiB memory in use. Of the allocated"
+                " memory 74.20 GiB is allocated by PyTorch, and 2.31 GiB is reserved by PyTorch"
+                " but unallocated.\n",
+            ],
+            first=step + 1,
+            path=str(path),
+        )
+        out.write("".join(final.lines))
+    return [final]
 
 
 @dataclass(frozen=True)

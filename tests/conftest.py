@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.slurm_cluster import poll_until
+from tests.polling import poll_until
 from triage.engine import follow
 from triage.models import Finding, Report
 from triage.playbooks import load_playbooks, symptom_playbooks

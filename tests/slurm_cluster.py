@@ -25,6 +25,7 @@ from typing import TypeVar
 import psutil
 import pytest
 
+from tests.polling import poll_until
 from triage.scenarios.harness import die_with_parent_process
 
 NODES = ("trnode-a", "trnode-b")
@@ -34,19 +35,6 @@ STOP_GRACE_S = 10.0
 _SBIN_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
 _MUNGE_KEY = Path("/etc/munge/munge.key")
 T = TypeVar("T")
-
-
-def poll_until(check: Callable[[], T | None], timeout: float, what: str) -> T:
-    """`check()`'s first result that is not None, tried every 0.1 s: Slurm answers
-    asynchronously, so tests wait for a state instead of sleeping a guessed time."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found is not None:
-            return found
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no {what} within {timeout:.0f} s")
-        time.sleep(0.1)
 
 
 @dataclass

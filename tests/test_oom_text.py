@@ -463,6 +463,32 @@ def test_a_long_log_keeps_its_first_and_last_lines_and_still_shows_the_leak(
     assert "step 400" in leak.summary
 
 
+def aggregated(report: Report) -> int:
+    """The lines the scan took by the run (counted in C, not read line by line)."""
+    return sum(int(e.data.get("aggregated", 0)) for e in report.evidence if e.kind == "log_file")
+
+
+def test_a_training_log_of_memory_every_step_is_counted_by_the_run_and_shows_the_leak(
+    tmp_path: Path,
+) -> None:
+    """torchtitan prints its memory every step: 1,200 such lines are taken by the run (a
+    series per writer, its first and last lines read), and the rise still shows."""
+    lines = [titan(step, 20.0 + step * 0.045) for step in range(1, 1_201)]
+    report = run(tmp_path, {"rank0.log": prefixed(0, "\n".join([*lines, OOM_2X]))})
+    assert aggregated(report) == 1_200 and step_lines(report) == 15
+    leak = hypothesis(report, "oom.leak")
+    assert leak.ranks == [0] and "step 1200" in leak.summary
+
+
+def test_a_failure_line_that_names_memory_amid_the_steps_is_still_read(tmp_path: Path) -> None:
+    lines = [titan(step, 40.0) for step in range(1, 2_001)]
+    lines.insert(1_000, "RuntimeError: [enforce fail at alloc_cpu.cpp:117] err == 0."
+                 " DefaultCPUAllocator: can't allocate memory: you tried to allocate 68719476736"
+                 " bytes. Error code 12 (Cannot allocate memory)")  # fmt: skip
+    report = run(tmp_path, {"rank0.log": prefixed(0, "\n".join(lines))})
+    assert report.hypotheses[0].cause_id == "oom.host"
+
+
 def test_warm_up_then_a_plateau_is_not_a_leak(tmp_path: Path) -> None:
     # Optimizer state and the cache fill the first steps; then memory stays flat until a
     # long batch runs out.

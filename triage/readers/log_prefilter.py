@@ -260,10 +260,12 @@ def _run(
 
 class _Window:
     """Long runs taken without the DFA: when every line of the next window of bytes holds
-    a frequent line's anchor (its newlines and its anchors count the same), the window is
-    one run, and the next window is twice as large. A window that holds other lines is left
-    to the DFA, and the next try waits twice as long as the last, so that short runs between
-    other lines (a COLL line or two per training step) cost next to nothing in tries."""
+    a frequent line's anchor (its newlines and its anchors count the same), and, for a
+    series whose anchor other lines hold too (`can't allocate memory: you tried` among
+    `step: 10 ... memory: 61.2GiB` lines), the run's pattern takes it whole, the window is
+    one run, and the next window is twice as large. A window that holds other lines is left to the
+    DFA, and the next try waits twice as long as the last, so that short runs between other
+    lines (a COLL line or two per training step) cost next to nothing in tries."""
 
     SMALLEST = 64 << 10
     LARGEST = 8 << 20
@@ -281,13 +283,26 @@ class _Window:
         cut = data.rfind(b"\n", start, start + self.size) + 1
         lines = byte_counts.count(data, b"\n", start, cut) if cut else 0
         for item in frequent if lines > 1 else ():
-            if byte_counts.count(data, item.anchor, start, cut) == lines:
+            if byte_counts.count(data, item.anchor, start, cut) == lines and (
+                _anchor_is_line(item) or _whole(item, data, start, cut)
+            ):
                 self.size = min(self.size * 2, self.LARGEST)
                 self.wait = self.SMALLEST
                 return item, cut, lines
         self.after = start + self.wait
         self.size, self.wait = self.SMALLEST, min(self.wait * 2, self.LARGEST)
         return None
+
+
+def _anchor_is_line(item: Frequent) -> bool:
+    series = item.signature.series
+    return series is None or series.anchor_is_line
+
+
+def _whole(item: Frequent, data: bytes, start: int, cut: int) -> bool:
+    """Whether the run's pattern takes every line of [start, cut)."""
+    found = item.run.match(data, start, cut)
+    return found is not None and int(found.end()) == cut
 
 
 def _overflow(handle: Any, owed: int, first: int, pattern: Any) -> list[tuple[int, str]]:

@@ -51,12 +51,16 @@ class Series:
     counting the token counts a series' lines. `progress` names a field that grows by one
     from each line of a series to the next (NCCL's opCount, per communicator): where it
     does, a series' lines in a run are its last value less its first, plus one.
+    `anchor_is_line` says a line holding the signature's first anchor is always one of its
+    lines (NCCL's `: opCount `); where it is not (`memory:` is in other lines too), the fast
+    pass checks a window of lines against `line` before it takes the window as a run.
     """
 
     line: str
     key: str
     token: str
     progress: str | None = None
+    anchor_is_line: bool = True
 
     def token_of(self, value: str) -> bytes:
         return self.token.format(value).encode()

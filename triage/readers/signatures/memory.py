@@ -37,7 +37,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from triage.readers.signatures import parse_size, signature
+from triage.readers.signatures import Series, parse_size, signature
 
 SIZE = r"[\d.]+ ?(?:bytes|[KMGT]iB)"
 
@@ -395,6 +395,8 @@ def _metric(key: str) -> str:
 
 def _step_usage(found: re.Match[str]) -> dict[str, Any]:
     out: dict[str, Any] = {"step": int(found["step"])}
+    if STEP_MEMORY in found.string:
+        out["form"] = STEP_MEMORY
     for usage in _USAGE_KEY.finditer(found.string):
         size = binary_size(usage["value"], usage["unit"])
         if size is not None:
@@ -402,14 +404,23 @@ def _step_usage(found: re.Match[str]) -> dict[str, Any]:
     return out
 
 
+#: The commonest wording of a per-step memory figure (`step 120 | loss 2.31 | memory:
+#: 12.30GB`): its lines are taken by the run, as a series per writer (`Series`), so a
+#: training log that prints it every step is counted in C, not read line by line.
+STEP_MEMORY = "memory:"
+
 signature(
     "memory.step_usage",
     rf"^(?=.*?{_STEP}).*?{_USAGE_KEY.pattern}",
-    anchors=("mem:", "mem=", "Mem:", "Mem=", "memory:", "memory=", "Memory:", "Memory=")
+    anchors=(STEP_MEMORY, "mem:", "mem=", "Mem:", "Mem=", "memory=", "Memory:", "Memory=")
     + _USAGE_NAMES,
     summary="a training step's GPU memory (step N ... mem: X GB, memory_allocated=X, "
     "max_mem: XM); one rank's lines in order show whether memory grows step over step",
     extract=_step_usage,
+    # a step word first, so that a failure line that names memory is never taken for one
+    series=Series(
+        line=r"(?i:step|iter)[^\n]*memory: ?\d", key="form", token="{}", anchor_is_line=False
+    ),
 )
 
 
