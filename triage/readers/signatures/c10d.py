@@ -113,6 +113,15 @@ signature(
     extract=_connect,
 )
 
+# Open MPI's runtime could not connect its daemons across hosts: `A process or daemon was
+# unable to complete a TCP connection to another process` (its text names a firewall).
+signature(
+    "mpi.tcp_unreachable",
+    r"A process or daemon was unable to complete a TCP connection",
+    anchors="unable to complete a TCP connection",
+    summary="Open MPI's daemons could not open TCP connections between the hosts",
+)
+
 signature(
     "c10d.connection_refused",
     r"Connection refused",

@@ -121,6 +121,31 @@ signature(
     summary="the orchestrator (Ray, Kubernetes) saw a worker die without an error of its own",
 )
 
+# MPI's own words for a rank that ended the job: Open MPI's `MPI_ABORT was invoked on rank 3
+# in communicator MPI_COMM_WORLD`, `mpirun has exited due to process rank 3 with PID 0 on`
+# (node ...) `exiting improperly`, its error handler's `*** An error occurred in
+# MPI_Allreduce`; MPICH's and Intel MPI's `BAD TERMINATION OF ONE OF YOUR APPLICATION
+# PROCESSES` (its exit code on a line of its own: 9 is SIGKILL, memory.exit_sigkill).
+# (`Primary job terminated normally, but 1 process returned a non-zero exit code` is
+# mpirun's summary after any rank's failure, read by the rules of that failure: not here.)
+signature(
+    "mpi.rank_ended",
+    r"MPI_ABORT was invoked on rank (?P<rank>\d+)"
+    r"|mpirun has exited due to process rank (?P<exited>\d+) with PID \d+"
+    r"|\*\*\* An error occurred in (?P<call>MPI_\w+)"
+    r"|BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES",
+    anchors=(
+        "MPI_ABORT was invoked on rank",
+        "mpirun has exited due to process rank",
+        "*** An error occurred in MPI_",
+        "BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES",
+    ),
+    summary="MPI reports a rank that aborted or exited with an error, ending the job",
+    extract=lambda found: (
+        {"rank": int(found["rank"] or found["exited"])} if found["rank"] or found["exited"] else {}
+    ),
+)
+
 # Open MPI names the first process that exited with a non-zero status ("The first process
 # to do so was: Process name: [[jobid,1],vpid]"): the vpid is its MPI rank.
 signature(
@@ -138,12 +163,15 @@ signature(
 signature(
     "scheduler.node_failure",
     r"DUE TO NODE FAILURE|[Nn]ode failure on (?P<host>[\w.-]+)|died because its node has died"
-    r"|marked dead because the detector has missed too many heartbeats",
+    r"|marked dead because the detector has missed too many heartbeats"
+    # Open MPI's runtime, when the daemon on another node stops answering
+    r"|ORTE has lost communication with a remote daemon",
     anchors=(
         "DUE TO NODE FAILURE",
         "ode failure on ",
         "died because its node has died",
         "missed too many heartbeats",
+        "has lost communication with a remote daemon",
     ),
     summary="the scheduler or Ray lost a node, and every rank on it",
 )

@@ -85,7 +85,9 @@ signature(
     r"(?:exited|terminated|failed|died) with (?:exit )?(?:code|status)|"
     # SGLang's launcher: `Scheduler or DataParallelController 48213 terminated with -9`
     r"\bterminated with)\s*[=:]?\s*-9\b"
-    r"|died with <Signals\.SIGKILL: 9>|killed by signal 9\b",
+    r"|died with <Signals\.SIGKILL: 9>|killed by signal 9\b"
+    # MPICH's and Intel MPI's termination box: `=   EXIT CODE: 9`
+    r"|^=\s+EXIT CODE: 9\s*$",
     anchors=(
         "return code = -9",
         "return code -9",
@@ -96,6 +98,7 @@ signature(
         "terminated with -9",
         "died with <Signals.SIGKILL: 9>",
         "killed by signal 9",
+        "EXIT CODE: 9",
     ),
     summary="a launcher reports a process killed by SIGKILL (-9): usually the OOM killer",
 )

@@ -105,7 +105,7 @@ _WAITED = ("hang.watchdog_timeout", "hang.gloo_timeout")
 BOOTSTRAP_FILE = re.compile(r"(^|/)bootstrap\.cc$")
 
 #: Reports of a process that crashed or exited, which say nothing of why.
-_NAMELESS = ("process.", "scheduler.", "cuda.call_failed")
+_NAMELESS = ("process.", "scheduler.", "cuda.call_failed", "mpi.rank_ended")
 _COMM_FAMILIES = ("nccl.", "gloo.", "c10d.", "net.", "shm.", "ib.", "driver.", "ccl.")
 _COMM_TEXT = re.compile(
     r"NCCL|nccl|gloo|Gloo|DistBackendError|DistNetworkError|DistStoreError|ProcessGroup|"

@@ -21,6 +21,7 @@ _CRASHES = (
     "scheduler.first_exit",
     "scheduler.node_failure",
     "scheduler.worker_died",
+    "mpi.rank_ended",
 )
 _EXITS = ("elastic.worker_failed", "elastic.child_failed", "elastic.process_signal",
           "spawn.process_signal")  # fmt: skip
@@ -37,7 +38,8 @@ def rank_crashed(evidence: EvidenceSet) -> Iterator[Finding]:
     Cuda error attention.cu:455 'invalid argument'`), a node the scheduler or Ray lost
     (`DUE TO NODE FAILURE`, `The actor died because its node has died`), a worker Ray or
     the kubelet saw die (`Worker exit type: SYSTEM_ERROR`, `Back-off restarting failed
-    container`), srun's or mpirun's
+    container`), MPI's own reports of a rank that aborted or exited (`MPI_ABORT was invoked on
+    rank 3`, `BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES`), srun's or mpirun's
     report of a task that
     exited with a code or a signal, torchrun's `failed (exitcode: N)`, when no other rule
     finds anything. It stands only then. A positive exit code beside a Python exception is

@@ -34,6 +34,12 @@ _REACH_FIX = (
     "an IP on the data network, the port open in the firewall, and the store started "
     "(node 0 launched) before the others time out."
 )
+_MPI_FIX = (
+    "Let the hosts reach each other on the ports MPI uses: open the firewall between them"
+    " (or fix the ports it may use: --mca oob_tcp_dynamic_ipv4_ports / btl_tcp_port_min_v4),"
+    " and name the interface every host can route with --mca oob_tcp_if_include and"
+    " btl_tcp_if_include (e.g. eth0, not docker0 or lo)."
+)
 _CLOSED_FIX = (
     "Something on the host closed NCCL's bootstrap or proxy sockets while the ranks set up: a"
     " security or firewall agent that inspects local connections, a port scanner, or another"
@@ -204,6 +210,10 @@ def _findings(view: CommView) -> list[Found]:
                 _REACH_FIX,
             )
         )
+    mpi = view.of("mpi.tcp_unreachable")
+    if mpi:
+        what = "MPI's daemons could not open TCP connections between the hosts"
+        found.append((0.55, what, mpi, _MPI_FIX))
     unrouted = view.of("c10d.unreachable")
     if unrouted and not refused and not unreached and not peers and not _web(unrouted):
         found.append((0.3, "a host is unreachable from this one", unrouted, _REACH_FIX))
