@@ -113,15 +113,6 @@ signature(
     extract=_connect,
 )
 
-# Open MPI's runtime could not connect its daemons across hosts: `A process or daemon was
-# unable to complete a TCP connection to another process` (its text names a firewall).
-signature(
-    "mpi.tcp_unreachable",
-    r"A process or daemon was unable to complete a TCP connection",
-    anchors="unable to complete a TCP connection",
-    summary="Open MPI's daemons could not open TCP connections between the hosts",
-)
-
 signature(
     "c10d.connection_refused",
     r"Connection refused",
@@ -201,7 +192,7 @@ signature(
     r"DistStoreError(?::\s*(?P<message>.*))?"
     # the client's check that the store answers (another service on MASTER_PORT), and
     # FileStore's wait for a key (file:// init: a rank that never wrote it)
-    r"|(?P<ping>Ping failed, invalid value returned from server)"
+    r"|Ping failed, invalid value returned from server"
     r"|Timeout waiting for key: (?P<key>\S+) after (?P<ms>\d+) ms",
     anchors=("DistStoreError", "Ping failed, invalid value", "Timeout waiting for key: "),
     summary="a TCPStore operation failed (timeout waiting for a key or for clients)",

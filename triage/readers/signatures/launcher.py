@@ -131,6 +131,15 @@ signature(
     summary="the scheduler has no node that offers what the job requests",
 )
 
+# Open MPI's runtime could not connect its daemons across hosts: `A process or daemon was
+# unable to complete a TCP connection to another process` (its text names a firewall).
+signature(
+    "mpi.tcp_unreachable",
+    r"A process or daemon was unable to complete a TCP connection",
+    anchors="unable to complete a TCP connection",
+    summary="Open MPI's daemons could not open TCP connections between the hosts",
+)
+
 # Open MPI's mpirun asked for more processes than its hosts offer slots.
 signature(
     "mpi.not_enough_slots",

@@ -66,6 +66,15 @@ Signal = tuple[Evidence, LogSignal]
 Found = tuple[float, str, list[Signal], str]
 
 
+#: A scheduler stopping the job (its time limit, scancel): it kills the tasks itself.
+_SCHEDULER_STOPS = ("scheduler.time_limit", "scheduler.cancelled")
+
+
+def stopped_by_scheduler(evidence: EvidenceSet) -> bool:
+    """Whether the scheduler says it stopped the job: its tasks' kills are its own."""
+    return bool(signals(evidence, *_SCHEDULER_STOPS))
+
+
 def signals(evidence: EvidenceSet, *names: str) -> list[Signal]:
     """Signals whose signature is one of `names` (all signals when none are given)."""
     found = evidence.payloads(LogSignal)

@@ -10,11 +10,11 @@ learning rate or loss not scaled with the global batch, BatchNorm statistics per
 from __future__ import annotations
 
 from triage.registry import EvidenceSet
-from triage.rules.logs._signals import Signal, signals
+from triage.rules.logs._signals import Signal, shows_failure, signals
 
 #: A metric that moves less than this share between GPU counts is noise, not a finding.
 DRIFT = 0.02
-WORLD_SIGNATURES = frozenset({"generic.metric_per_world_size", "generic.samples_per_world_size"})
+_WORLD_SIGNATURES = frozenset({"generic.metric_per_world_size", "generic.samples_per_world_size"})
 
 
 #: The rerun that tells an unscaled learning rate from BatchNorm per GPU.
@@ -49,6 +49,21 @@ def metric_moves(evidence: EvidenceSet) -> list[Signal]:
     if abs(a - b) <= DRIFT * max(abs(a), abs(b), 1e-12):
         return []
     return [by_count[n] for n in sorted(by_count)]
+
+
+def padded_counts(evidence: EvidenceSet) -> list[Signal]:
+    """`samples_move`'s lines, in text that shows no failure besides the results."""
+    padded = samples_move(evidence)
+    return padded if padded and not shows_failure(evidence, besides=_WORLD_SIGNATURES) else []
+
+
+def unexplained_drift(evidence: EvidenceSet) -> list[Signal]:
+    """`metric_moves`' lines, in text that shows no failure besides the results and no
+    sample count that explains the drift (`padded_counts`)."""
+    moved = metric_moves(evidence)
+    if not moved or samples_move(evidence) or shows_failure(evidence, besides=_WORLD_SIGNATURES):
+        return []
+    return moved
 
 
 def shown(found: list[Signal]) -> str:

@@ -7,14 +7,8 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._signals import ids, shows_failure
-from triage.rules.logs._world_metrics import (
-    SEPARATE,
-    WORLD_SIGNATURES,
-    metric_moves,
-    samples_move,
-    shown,
-)
+from triage.rules.logs._signals import ids
+from triage.rules.logs._world_metrics import SEPARATE, shown, unexplained_drift
 
 
 @rule("logs.metric_by_world", "wrong.reduction_scaling")
@@ -49,8 +43,8 @@ def metric_by_world(evidence: EvidenceSet) -> Iterator[Finding]:
     References:
     https://pytorch.org/docs/stable/notes/ddp.html
     """
-    moved = metric_moves(evidence)
-    if not moved or samples_move(evidence) or shows_failure(evidence, besides=WORLD_SIGNATURES):
+    moved = unexplained_drift(evidence)
+    if not moved:
         return
     yield Finding(
         title="a metric changes with the number of GPUs: the learning rate or loss may not"

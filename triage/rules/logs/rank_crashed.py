@@ -8,7 +8,14 @@ from collections.abc import Iterator
 from triage.models import Finding
 from triage.observations import LogSignal
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._signals import Signal, first_exception, ids, ranks_of, signals
+from triage.rules.logs._signals import (
+    Signal,
+    first_exception,
+    ids,
+    ranks_of,
+    signals,
+    stopped_by_scheduler,
+)
 from triage.text import rank_label
 
 #: The launcher's own teardown of healthy workers: no failure of theirs.
@@ -74,8 +81,7 @@ def rank_crashed(evidence: EvidenceSet) -> Iterator[Finding]:
     https://pytorch.org/docs/stable/elastic/errors.html
     """
     raised = first_exception(evidence) is not None
-    # a scheduler that stops a job (its time limit, scancel) kills the tasks itself
-    stopped = bool(signals(evidence, "scheduler.time_limit", "scheduler.cancelled"))
+    stopped = stopped_by_scheduler(evidence)
     found = [
         item
         for item in signals(evidence, *_CRASHES)

@@ -7,12 +7,8 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._signals import ids, shows_failure
-from triage.rules.logs._world_metrics import (
-    WORLD_SIGNATURES,
-    samples_move,
-    shown,
-)
+from triage.rules.logs._signals import ids
+from triage.rules.logs._world_metrics import padded_counts, shown
 
 
 @rule("logs.samples_by_world", "wrong.eval_sharding")
@@ -43,8 +39,8 @@ def samples_by_world(evidence: EvidenceSet) -> Iterator[Finding]:
     References:
     https://pytorch.org/docs/stable/data.html#torch.utils.data.distributed.DistributedSampler
     """
-    padded = samples_move(evidence)
-    if not padded or shows_failure(evidence, besides=WORLD_SIGNATURES):
+    padded = padded_counts(evidence)
+    if not padded:
         return
     counts = ", ".join(f"{s.fields['samples']} at {s.fields['gpus']}" for _, s in padded[:4])
     yield Finding(

@@ -49,12 +49,13 @@ def stopped_from_outside(evidence: EvidenceSet) -> Iterator[Finding]:
     found = limit or cancelled or stopped
     if not found:
         return
-    signal = "" if limit or cancelled else str(found[0][1].fields["signal"])
+    signal = ""
     if limit:
         how = "the scheduler cancelled the job at its time limit"
     elif cancelled:
         how = "the job was cancelled (scancel, by its user or an administrator)"
     else:
+        signal = str(found[0][1].fields["signal"])
         how = f"the launcher was stopped by {signal}"
     hangup = (
         " SIGHUP is also what a launcher gets when the terminal or SSH session it runs in"

@@ -23,7 +23,7 @@ from triage.readers.signatures.host_memory import HOST_OOM_SIGNALS
 from triage.readers.signatures.memory import CUDA_OOM_SIGNALS
 from triage.registry import EvidenceSet
 from triage.rules.logs._comm_view import comm_view
-from triage.rules.logs._signals import signals, tracebacks
+from triage.rules.logs._signals import signals, stopped_by_scheduler, tracebacks
 from triage.rules.memory._memory_usage import UsageSeries, usage_series
 from triage.rules.memory._oom_events import HostEvent, Judged, OomEvent, OomNumbers, int_field
 from triage.text import rank_label
@@ -294,7 +294,7 @@ def _host_events(evidence: EvidenceSet) -> list[HostEvent]:
             out.append(HostEvent(sig.signature, sig.rank, 0.6, sig.text, ev.id))
     # srun's `tasks 0-7: Killed` and mpirun's `exited on signal 9`; a scheduler that stops a
     # job at its time limit or on scancel kills its tasks the same way, and says so
-    if not signals(evidence, "scheduler.time_limit", "scheduler.cancelled"):
+    if not stopped_by_scheduler(evidence):
         for ev, sig in signals(evidence, "scheduler.task_exit"):
             if _killed(sig) or sig.fields.get("how") == "Killed":
                 out.append(HostEvent(sig.signature, sig.rank, 0.6, sig.text, ev.id))
