@@ -137,7 +137,8 @@ def _series_evidence(path: str, tally: Tally, evidence_id: str) -> Evidence:
     """One series: its count, its span and its last line's fields (how far it got)."""
     latest = tally.latest
     series_of = signatures.SIGNATURES[tally.signature].series
-    name = f"{series_of.key} {tally.key}" if series_of else tally.key
+    name = f"{series_of.key} {tally.key}" if series_of and series_of.key else tally.key
+    label = f"{tally.signature} {name}" if name else tally.signature
     series = LogSeries(
         signature=tally.signature,
         writer=tally.writer,
@@ -154,7 +155,7 @@ def _series_evidence(path: str, tally: Tally, evidence_id: str) -> Evidence:
         kind=LogSeries.EVIDENCE_KIND,
         source=f"{path}:{tally.signals[0].line}-{latest.line}",
         rank=latest.rank,
-        summary=f"{tally.signature} {name}: {plural(tally.count, 'line')}, the last at "
+        summary=f"{label}: {plural(tally.count, 'line')}, the last at "
         f"line {latest.line}: {latest.text[:160]}",
         data=series.model_dump(exclude_defaults=True),
         excerpt=latest.text[:MAX_LINE],

@@ -185,9 +185,9 @@ class Runs:
                 self.writers.add(writer)
                 by_writer[writer] = self._starting(writer, begin, finish)
             fields = sig.match(raw.decode("utf-8", "replace"))
-            if fields is None or series.key not in fields:
+            value = None if fields is None else series.value_of(fields)
+            if value is None:
                 return False
-            value = str(fields[series.key])
             if (sig.name, value) not in self.tokens:
                 self.tokens[(sig.name, value)] = token = series.token_of(value)
                 self.owner[(sig.name, value)] = writer
@@ -208,17 +208,17 @@ class Runs:
     def _walk(self, sig: Signature, begin: int, finish: int) -> int:
         """Read a run line by line: the exact way, for runs the counts cannot split."""
         data, position, lines = self.data, begin, 0
-        key_field = sig.series.key if sig.series else ""
         while position < finish:
             lines += 1
             end = data.find(b"\n", position, finish) + 1
             raw = data[position : end - 1]
             fields = sig.match(raw.decode("utf-8", "replace"))
-            if fields is None or key_field not in fields:
+            value = None if fields is None or sig.series is None else sig.series.value_of(fields)
+            if value is None:
                 self.strays.append(position)
             else:
                 writer = _writer(raw).decode("utf-8", "replace")
-                key = (sig.name, writer, str(fields[key_field]))
+                key = (sig.name, writer, value)
                 self.walked.setdefault(key, Sampled()).see(position)
             position = end
         return lines

@@ -380,7 +380,7 @@ class _Reader:
             if sig.series is None:
                 self.bounded.add((sig, fields, text, number, origin))
             else:
-                key = (sig.name, writer_of(raw), str(fields.get(sig.series.key)))
+                key = (sig.name, writer_of(raw), str(sig.series.value_of(fields)))
                 self.book.add((number, raw), key)
         return found
 

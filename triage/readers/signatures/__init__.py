@@ -51,16 +51,24 @@ class Series:
     counting the token counts a series' lines. `progress` names a field that grows by one
     from each line of a series to the next (NCCL's opCount, per communicator): where it
     does, a series' lines in a run are its last value less its first, plus one.
-    `anchor_is_line` says a line holding the signature's first anchor is always one of its
-    lines (NCCL's `: opCount `); where it is not (`memory:` is in other lines too), the fast
-    pass checks a window of lines against `line` before it takes the window as a run.
+    Without a `key` each writer's lines are one series and `token` is a plain literal (a
+    training loop's `memory:`). `anchor_is_line` says a line holding the signature's first
+    anchor is always one of its lines (NCCL's `: opCount `); where it is not (`memory:` is
+    in other lines too), the fast pass checks a window of lines against `line` before it
+    takes the window as a run.
     """
 
     line: str
-    key: str
+    key: str | None
     token: str
     progress: str | None = None
     anchor_is_line: bool = True
+
+    def value_of(self, fields: dict[str, Any]) -> str | None:
+        """A line's key value ("" for a series without a key); None when it has none."""
+        if self.key is None:
+            return ""
+        return str(fields[self.key]) if self.key in fields else None
 
     def token_of(self, value: str) -> bytes:
         return self.token.format(value).encode()

@@ -395,8 +395,6 @@ def _metric(key: str) -> str:
 
 def _step_usage(found: re.Match[str]) -> dict[str, Any]:
     out: dict[str, Any] = {"step": int(found["step"])}
-    if STEP_MEMORY in found.string:
-        out["form"] = STEP_MEMORY
     for usage in _USAGE_KEY.finditer(found.string):
         size = binary_size(usage["value"], usage["unit"])
         if size is not None:
@@ -419,7 +417,7 @@ signature(
     extract=_step_usage,
     # a step word first, so that a failure line that names memory is never taken for one
     series=Series(
-        line=r"(?i:step|iter)[^\n]*memory: ?\d", key="form", token="{}", anchor_is_line=False
+        line=r"(?i:step|iter)[^\n]*memory: ?\d", key=None, token=STEP_MEMORY, anchor_is_line=False
     ),
 )
 
