@@ -2,8 +2,9 @@
 peer name their cause: the recordings of tests/fixtures/cpu (torch 2.14.1 on a host without a GPU) read as
 a user would get them, and the wordings no GPU-less host can produce, each checked against
 torch's sources (ProcessGroupNCCL's dtype table and sparse path, torch.cuda's NVML queries,
-FSDP's device checks, DTensor's shape helpers, ShardedTensor's load check) or NCCL's
-(init.cc, ras/ras.cc, bootstrap.cc, mnnvl.cc, graph/paths.cc, transport/nvls.cc)."""
+FSDP's device checks, DTensor's shape helpers, ShardedTensor's load check), DeepSpeed's (its ZeRO
+checkpoint's world-size check, as a user pasted it) or NCCL's (init.cc, ras/ras.cc,
+bootstrap.cc, mnnvl.cc, graph/paths.cc, transport/nvls.cc)."""
 
 from __future__ import annotations
 
@@ -145,6 +146,14 @@ def test_each_recorded_refusal_names_its_cause(name: str, cause: str, words: str
             "(8 saved, 4 now)",
         ),
         (
+            "deepspeed.runtime.zero.utils.ZeRORuntimeException: The checkpoint being loaded used"
+            " a DP world size of 4 but the current world size is 1. Automatic adjustment of"
+            " ZeRO's optimizer state partitioning with a new world size is not currently"
+            " supported.",
+            "config.world_size_mismatch",
+            "another DP world size (4 saved, 1 now)",
+        ),
+        (
             "AssertionError: Number of layers should be divisible by the pipeline-model-parallel"
             " size",
             "config.world_size_mismatch",
@@ -274,6 +283,7 @@ def test_each_recorded_refusal_names_its_cause(name: str, cause: str, words: str
         "nvml-visible",
         "dtensor-dim",
         "checkpoint-world",
+        "deepspeed-zero-checkpoint-world",
         "megatron-layers",
         "tp-output-size",
         "ulysses-heads",

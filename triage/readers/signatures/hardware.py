@@ -5,7 +5,8 @@ GPU has fallen off the bus), 48, 94 and 95 (uncorrectable ECC errors), 74 (NVLin
 119 and 120 (the GSP firmware stopped responding). The kernel log shows them as
 `NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.`; nvidia-smi then
 answers `Unable to determine the device handle for GPU 0000:3B:00.0: Unknown Error` or
-`GPU is lost`; CUDA reports `uncorrectable ECC error encountered`.
+`GPU is lost`; CUDA reports `uncorrectable ECC error encountered` or `uncorrectable NVLink
+error detected during the execution`.
 """
 
 from __future__ import annotations
@@ -14,18 +15,24 @@ from triage.readers.signatures import signature
 
 #: Xid codes that mean the GPU is gone or its memory is corrupt, not an application bug.
 LOST_XIDS = frozenset({48, 74, 79, 94, 95, 119, 120})
+#: Xid codes of a kernel's own fault (13: an exception in a kernel, an out-of-range access;
+#: 31: a memory-management fault, a bad address; 43: the channel stopped after it): the
+#: process that ran the kernel is lost, the GPU is not.
+KERNEL_FAULT_XIDS = frozenset({13, 31, 43})
 
 signature(
     "hardware.gpu_lost",
     r"Unable to determine the device handle for GPU ?(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:"
     r"[0-9A-Fa-f]{2}\.[0-7])|"
     r"GPU has fallen off the bus|GPU is lost|uncorrectable ECC error encountered|"
+    r"uncorrectable NVLink error detected|"
     r"NVRM: Xid \(PCI:(?P<xid_bus>[0-9A-Fa-f:.]+)\): (?P<xid>\d+)\b",
     anchors=(
         "Unable to determine the device handle for GPU",
         "GPU has fallen off the bus",
         "GPU is lost",
         "uncorrectable ECC error encountered",
+        "uncorrectable NVLink error detected",
         "NVRM: Xid",
     ),
     summary="a GPU stopped answering (fell off the bus, uncorrectable ECC, NVLink or firmware"

@@ -27,14 +27,22 @@ signature(
     summary="a sharded tensor dimension does not divide evenly over its mesh dimension's ranks",
 )
 
-# ShardedTensor's (and its checkpoints') check of the process group it is loaded into.
+# ShardedTensor's (and its checkpoints') check of the process group it is loaded into, and
+# DeepSpeed's of a ZeRO checkpoint (`The checkpoint being loaded used a DP world size of 8 but
+# the current world size is 4`).
 signature(
     "setup.checkpoint_world_size",
     r"(?P<scope>Local|Global) world size at save time was (?P<saved>\d+), but at load time was"
-    r" (?P<now>\d+)",
-    anchors="world size at save time was",
+    r" (?P<now>\d+)"
+    r"|[Cc]heckpoint\b[^\n]{0,60}?\b(?P<kind>DP |MP |TP |PP )?world size (?:of |was |= ?)?"
+    r"(?P<saved_as>\d+)\b[^\n]{0,20}?\bbut\b[^\n]{0,30}?\bworld size (?:is |of |= ?)?(?P<now_at>\d+)",
+    anchors=("world size at save time was", "world size of", "world size was", "world size ="),
     summary="a sharded checkpoint is loaded at another world size than it was saved at",
-    extract=lambda m: {"dim": f"{m['scope'].lower()} world size"},
+    extract=lambda m: {
+        "dim": f"{m['scope'].lower() if m['scope'] else (m['kind'] or '').strip()} world size".lstrip(),
+        "saved": m["saved"] or m["saved_as"],
+        "now": m["now"] or m["now_at"],
+    },
 )
 
 #: A parallel size as configs and frameworks spell it: `tensor model parallel size`,

@@ -22,7 +22,7 @@ from triage.observations import LogFile, LogSignal, RankState, TracebackRecord
 from triage.readers.logscan import file_origin
 from triage.readers.source import rank_condition
 from triage.registry import EvidenceSet
-from triage.rules.logs._signals import TEARDOWN_EXCEPTIONS, signals, tracebacks
+from triage.rules.logs._signals import reports_a_stop, signals, tracebacks
 from triage.rules.logs._trace_split import TIMEOUTS, TraceSplit, timeout_stacks, trace_split
 from triage.text import format_ranks
 
@@ -285,9 +285,8 @@ def _own_errors(evidence: EvidenceSet) -> dict[int, tuple[Evidence, TracebackRec
     for item, record in tracebacks(evidence, dumps=False):
         if record.rank is None or not record.exception:
             continue
-        name = record.exception.rsplit(".", 1)[-1]
         text = f"{record.exception}: {record.message}"
-        if name in TEARDOWN_EXCEPTIONS or _NOT_OWN_ERROR.search(text):
+        if reports_a_stop(record) or _NOT_OWN_ERROR.search(text):
             continue
         out.setdefault(record.rank, (item, record))
     return out

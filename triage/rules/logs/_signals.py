@@ -3,6 +3,7 @@ and the choice among the explanations a rule weighs."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from triage.models import Evidence
@@ -15,6 +16,20 @@ from triage.registry import EvidenceSet
 TEARDOWN_EXCEPTIONS = frozenset(
     {"KeyboardInterrupt", "SystemExit", "SignalException", "ChildFailedError"}
 )
+
+#: An exception that is a launcher's report of a worker's exit (mp.spawn's
+#: ProcessExitedException, subprocess's CalledProcessError for the launched interpreter): the
+#: worker's own failure, where the text holds it, is another exception.
+_CHILD_EXIT = re.compile(r"^\s*process \d+ terminated with |^\s*Command '\['[^']*python")
+
+
+def reports_a_stop(record: TracebackRecord) -> bool:
+    """The launcher's or the interpreter's own stop, not a failure of the code it ran."""
+    return record.exception is not None and (
+        record.exception.rsplit(".", 1)[-1] in TEARDOWN_EXCEPTIONS
+        or _CHILD_EXIT.search(record.message) is not None
+    )
+
 
 #: Lines that describe the setup or the progress, not a failure: NCCL_DEBUG=INFO's, the
 #: ranks and rows of nccl-tests, per-op COLL traces, a rank's own prints around collectives,
@@ -111,7 +126,7 @@ def first_exception(evidence: EvidenceSet) -> tuple[Evidence, TracebackRecord] |
     errors = [
         (item, record)
         for item, record in tracebacks(evidence, dumps=False)
-        if record.exception and record.exception.rsplit(".", 1)[-1] not in TEARDOWN_EXCEPTIONS
+        if record.exception and not reports_a_stop(record)
     ]
     return min(errors, key=lambda found: (found[1].path, found[1].line)) if errors else None
 

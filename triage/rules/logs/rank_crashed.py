@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.observations import LogSignal
+from triage.readers.signatures.hardware import KERNEL_FAULT_XIDS
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._signals import (
     Signal,
@@ -31,7 +32,7 @@ _CRASHES = (
     "mpi.rank_ended",
 )
 _EXITS = ("elastic.worker_failed", "elastic.child_failed", "elastic.process_signal",
-          "spawn.process_signal")  # fmt: skip
+          "spawn.process_signal", "launcher.child_exit")  # fmt: skip
 
 
 @rule("logs.rank_crashed", "hang.rank_exited", last_resort=True)
@@ -41,7 +42,8 @@ def rank_crashed(evidence: EvidenceSet) -> Iterator[Finding]:
     What it detects:
     The shell's, the C++ runtime's or Python's crash lines (`Segmentation fault`, `core
     dumped`, `terminate called after throwing`, `Fatal Python error:`), a CUDA kernel fault
-    (illegal memory access, device-side assert) or any other failed CUDA call (`Failed:
+    (illegal memory access, device-side assert; the driver's Xid 13, 31 or 43 for it) or any
+    other failed CUDA call (`Failed:
     Cuda error attention.cu:455 'invalid argument'`), a node the scheduler or Ray lost
     (`DUE TO NODE FAILURE`, `The actor died because its node has died`), a worker Ray or
     the kubelet saw die (`Worker exit type: SYSTEM_ERROR`, `Back-off restarting failed
@@ -82,24 +84,34 @@ def rank_crashed(evidence: EvidenceSet) -> Iterator[Finding]:
     """
     raised = first_exception(evidence) is not None
     stopped = stopped_by_scheduler(evidence)
-    found = [
-        item
-        for item in signals(evidence, *_CRASHES)
-        if not (stopped and item[1].fields.get("how") in ("Killed", "Terminated"))
-    ] + [
-        item
-        for item in signals(evidence, *_EXITS)
-        if item[1].fields.get("exitcode") not in _TEARDOWN_CODES
-        and item[1].fields.get("signal") not in ("SIGTERM", "SIGKILL")
-        and not (raised and _echoes_an_exception(item[1]))
-    ]
+    found = (
+        [
+            item
+            for item in signals(evidence, *_CRASHES)
+            if not (stopped and item[1].fields.get("how") in ("Killed", "Terminated"))
+        ]
+        + [
+            item
+            for item in signals(evidence, "hardware.gpu_lost")
+            if item[1].fields.get("xid") in KERNEL_FAULT_XIDS
+        ]
+        + [
+            item
+            for item in signals(evidence, *_EXITS)
+            if item[1].fields.get("exitcode") not in _TEARDOWN_CODES
+            and item[1].fields.get("signal") not in _teardown_signals(item[1])
+            and not (raised and _echoes_an_exception(item[1]))
+        ]
+    )
     if not found:
         return
     found.sort(key=lambda item: (item[1].path, item[1].line))
     ranks = ranks_of(s for _, s in found)
     who = rank_label(ranks) if ranks else "a process"
     cuda = [
-        item for item in found if item[1].signature in ("cuda.kernel_fault", "cuda.call_failed")
+        item
+        for item in found
+        if item[1].signature in ("cuda.kernel_fault", "cuda.call_failed", "hardware.gpu_lost")
     ]
     checked = next((s for _, s in cuda if s.fields.get("check")), None)
     if checked is not None:
@@ -174,13 +186,27 @@ def _node_lost(line: LogSignal, found: list[Signal]) -> Finding:
     )
 
 
+def _teardown_signals(exit_line: LogSignal) -> tuple[str, ...]:
+    """Signals that say nothing of a worker's own failure: SIGKILL is the OOM killer's (the
+    host-OOM rules read it), SIGTERM torchrun's cleanup of the other workers; a launcher's
+    exception reports the first worker that failed, so its SIGTERM came from outside."""
+    return ("SIGKILL",) if exit_line.signature == "launcher.child_exit" else ("SIGTERM", "SIGKILL")
+
+
 def _echoes_an_exception(exit_line: LogSignal) -> bool:
-    """The launcher's word that a worker exited with a positive code: Python's exit after an
-    uncaught exception, which the text then holds (a signal is a crash of its own)."""
+    """The launcher's word that a worker exited with a positive code (Python's exit after an
+    uncaught exception), or torchrun's report without its code: the text then holds the
+    exception (a signal is a crash of its own)."""
     code = exit_line.fields.get("exitcode")
-    return isinstance(code, int) and code > 0
+    return (isinstance(code, int) and code > 0) or "report" in exit_line.fields
 
 
 def _quote(found: list[Signal]) -> str:
+    """The first line, cut, and the exit it reports where the cut lost it (a launcher's line
+    holds the whole command before its exit status)."""
     first = found[0][1]
-    return f"`{first.text[:160]}` ({first.path}:{first.line})"
+    text = first.text[:160]
+    code, sig = first.fields.get("exitcode"), first.fields.get("signal")
+    how = f"exit code {code}" if code is not None else str(sig) if sig else ""
+    said = f", {how}" if how and len(first.text) > 160 else ""
+    return f"`{text}` ({first.path}:{first.line}{said})"
