@@ -1,6 +1,6 @@
 """torch's own C++ words for distributed failures (ProcessGroupNCCL.cpp, ProcessGroupGloo.cpp,
-socket.cpp, TCPStoreLibUvBackend.cpp, as torch 2.6+ prints them): each reads as its cause,
-with the rank a line names."""
+socket.cpp, TCPStoreLibUvBackend.cpp, as torch 2.6+ prints them, and older torch's where it
+differs): each reads as its cause, with the rank a line names."""
 
 from __future__ import annotations
 
@@ -137,6 +137,19 @@ def test_the_rank_nccl_names_in_a_remote_error_is_the_culprit(tmp_path: Path) ->
     top = analyze_files(tmp_path, {"rank3.log": text}).hypotheses[0]
     assert (top.cause_id, top.ranks, top.confidence) == ("comm.peer_failure", [6], 0.5)
     assert "rank 6's own output" in top.fix and "Rank 3 only reports losing it" in top.summary
+
+
+def test_the_rank_that_aborted_first_is_named_by_older_torch_too(tmp_path: Path) -> None:
+    """torch 1.8-1.13 with NCCL_ASYNC_ERROR_HANDLING: the key the first rank left in the store."""
+    text = (
+        "W1127 06:50:01.543163 2871 ProcessGroupNCCL.cpp:410] [Rank 3] Found key in store:"
+        " NCCLABORTEDCOMM:9d1a4c3e, from rank: 0. This means that rank has aborted its NCCL"
+        " communicators previously and is not in a healthy state.. Aborting appropriate"
+        " communicators\n"
+    )
+    top = analyze_files(tmp_path, {"rank3.log": text}).hypotheses[0]
+    assert (top.cause_id, top.ranks, top.confidence) == ("comm.peer_failure", [0], 0.5)
+    assert "aborted its communicators first" in top.summary and "it is a victim" in top.summary
 
 
 def test_a_store_out_of_descriptors_is_named_in_lower_case_too(tmp_path: Path) -> None:

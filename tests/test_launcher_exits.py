@@ -103,9 +103,8 @@ def test_a_spawned_process_that_exited_is_a_lost_rank(tmp_path: Path) -> None:
 
 def test_torchruns_report_without_its_table_is_a_lost_rank(tmp_path: Path) -> None:
     """The report's header alone (its per-rank table cut from the paste)."""
-    text = "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n" + "=" * 60 + (
-        "\ntrain.py FAILED\n"
-    )
+    text = "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n" + "=" * 60
+    text += "\ntrain.py FAILED\n"
     top = analyze_files(tmp_path, {"torchrun.log": text}).hypotheses[0]
     assert (top.cause_id, top.confidence) == ("hang.rank_exited", 0.2)
 
@@ -114,7 +113,7 @@ def test_torchruns_report_beside_the_workers_exception_reads_the_exception(
     tmp_path: Path,
 ) -> None:
     text = (
-        "Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n"
+        'Traceback (most recent call last):\n  File "train.py", line 9, in <module>\n'
         "    main()\nValueError: bad config key 'lr'\n"
         "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\ntrain.py FAILED\n"
     )

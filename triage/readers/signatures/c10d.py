@@ -251,14 +251,21 @@ signature(
 )
 
 # ProcessGroupNCCL (torch >= 2.6) names the peer whose failure reached it through NCCL's
-# remote-error path: `[PG ID 2 PG GUID 5 Rank 3]  remote error detected from rank: 6`.
+# remote-error path: `[PG ID 2 PG GUID 5 Rank 3]  remote error detected from rank: 6`; older
+# torch (1.8-1.13, NCCL_ASYNC_ERROR_HANDLING) names the rank that aborted its communicators
+# first, from the key it left in the store: `[Rank 3] Found key in store: NCCLABORTEDCOMM:..,
+# from rank: 0. This means that rank has aborted its NCCL communicators previously`.
 signature(
     "nccl.remote_error_from",
-    r"remote error detected from rank:? ?(?P<from_rank>\d+)",
-    anchors="remote error detected from rank",
+    r"remote error detected from rank:? ?(?P<from_rank>\d+)"
+    r"|Found key in store: \S+, from rank: (?P<aborted>\d+)\. This means that rank has aborted",
+    anchors=("remote error detected from rank", "This means that rank has aborted"),
     summary="NCCL reported an error from a named remote rank: that rank failed first",
     peer_symptom=True,
-    extract=lambda found: {"from_rank": int(found["from_rank"])},
+    extract=lambda found: {
+        "from_rank": int(found["from_rank"] or found["aborted"]),
+        "how": "aborted" if found["aborted"] else "remote error",
+    },
 )
 
 # A socket call in NCCL, gloo or the store failing with EMFILE: one socket per peer

@@ -424,6 +424,31 @@ signature(
     summary="Horovod: some ranks submitted a collective the others have not",
 )
 
+# Horovod's coordinator (horovod/common/controller.cc) compares what every rank submitted
+# under one tensor name and fails the op when they differ: `Mismatched ALLREDUCE tensor
+# shapes: One rank sent a tensor of shape [10], but another rank sent a tensor of shape [11].`,
+# `Mismatched data types: ...`, `Mismatched operations: One rank did an ALLREDUCE, but another
+# rank did an BROADCAST.` (older: `Mismatched MPI operations`), root ranks, scale factors,
+# CPU/GPU device selection. It does not say which rank is the odd one.
+#: What Horovod compares that makes it a size mismatch; the rest (the op, its root, its scale
+#: factors, its device) is the ranks calling different collectives.
+HOROVOD_SIZES = frozenset({"tensor shapes", "data types"})
+
+signature(
+    "hang.horovod_mismatch",
+    r"Mismatched (?:(?P<op>[A-Za-z]+) )?(?P<what>tensor shapes|data types|operations|root ranks"
+    r"|prescale and/or postscale factors|CPU/GPU device selection): (?P<detail>One [^\n]{0,200})",
+    anchors=(
+        "tensor shapes: One rank",
+        "data types: One rank",
+        "operations: One rank",
+        "root ranks: One rank",
+        "postscale factors: One rank",
+        "device selection: One rank",
+    ),
+    summary="Horovod: the ranks submitted one tensor with different shapes, types or ops",
+)
+
 # transformers' and accelerate's main_process_first(): every other rank waits in a barrier
 # while the main process runs the block alone (dataset.map tokenization, downloads,
 # caching); a block longer than the process group's timeout times the waiting ranks out.

@@ -436,7 +436,11 @@ def _origins(
         named = s.fields["from_rank"]
         if named not in lost:
             who = f"rank {s.rank}'s" if s.rank is not None else "a peer's"
-            what = f"named by {who} NCCL as the source of a remote error"
+            what = (
+                f"named by {who} process group as the rank that aborted its communicators first"
+                if s.fields.get("how") == "aborted"
+                else f"named by {who} NCCL as the source of a remote error"
+            )
             found.append(Origin(named, what, [e.id], named_by_peer=True))
     for e, t in tbs:
         if t.dump or not (t.exception or t.message):

@@ -101,8 +101,10 @@ def peer_failure(evidence: EvidenceSet) -> Iterator[Finding]:
     yield Finding(
         title=f"{who} failed first; the peers lost the connection",
         summary=(
-            f"{who.capitalize()} failed on its own ({lead.what}){where}. "
-            f"{victims[0].upper()}{victims[1:]}: they are victims."
+            f"{who.capitalize()} failed on {'its' if len(culprits) < 2 else 'their'} own"
+            f" ({lead.what}){where}. "
+            f"{victims[0].upper()}{victims[1:]}: "
+            + ("it is a victim." if len(logged) + len(stopped) == 1 else "they are victims.")
         ),
         ranks=culprits,
         location=lead.location,
