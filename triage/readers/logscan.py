@@ -52,6 +52,15 @@ _NCCL_PREFIX = re.compile(
 )
 # Open MPI's and Horovod's --tag-output: `[1,3]<stderr>:` (job, rank), `[3]<stdout>:`.
 _MPI_PREFIX = re.compile(r"^(?:\[(?:\d+,)?(?P<n>\d+)\])?<(?:stdout|stderr)>:\s?")
+# Ray's driver prefixes what each actor or task prints with its name and process, and its
+# log deduplication appends a count: `(WorkerDict pid=1751030, ip=10.65.194.91) Traceback
+# ...`, `(pid=4121) ...`, `(RayTrainWorker pid=88, ip=10.0.0.2) ... [repeated 7x across
+# cluster]` (verl, OpenRLHF, Ray Train, vLLM on Ray); coloured, and pasted from a page that
+# dropped the escape character, it is `[36m(main_task pid=163292)[0m`.
+_RAY_PREFIX = re.compile(
+    r"^(?:\[\d{1,2}m)?\((?:[\w.:<>\-]+ )?pid=(?P<pid>\d+)(?:, ip=[\w.:\-]+)?\)(?:\[0m)? ?"
+)
+_RAY_REPEATS = re.compile(r" \[repeated \d+x across cluster\]$")
 _INLINE_RANK = re.compile(r"\[[Rr]ank ?(?P<n>\d+)\]")
 _FILE_RANK = re.compile(r"(?i)(?:^|[^a-z])rank[_\-.]?(?P<n>\d+)")
 _ELASTIC_DIR = re.compile(
@@ -119,9 +128,13 @@ def file_origin(path: str) -> Origin:
 
 
 def split_prefix(line: str, base: Origin) -> tuple[str, Origin]:
-    """Strip MPI's `[1,3]<stderr>:`, `[rank3]:`, `[default3]:` and NCCL's `host:pid:tid
-    [dev]` prefixes into an Origin."""
+    """Strip Ray's `(Actor pid=N, ip=..)`, MPI's `[1,3]<stderr>:`, `[rank3]:`, `[default3]:`
+    and NCCL's `host:pid:tid [dev]` prefixes into an Origin."""
     origin = Origin(base.rank, base.local_rank, base.host, base.pid, base.device)
+    ray = _RAY_PREFIX.match(line) if line[:1] in "([" else None
+    if ray:
+        origin.pid = int(ray.group("pid"))
+        line = _RAY_REPEATS.sub("", line[ray.end() :])
     mpi = _MPI_PREFIX.match(line)
     if mpi:
         origin.rank = int(mpi.group("n")) if mpi.group("n") is not None else origin.rank
