@@ -437,12 +437,14 @@ HOROVOD_SIZES = frozenset({"tensor shapes", "data types"})
 signature(
     "hang.horovod_mismatch",
     r"Mismatched (?:(?P<op>[A-Za-z]+) )?(?P<what>tensor shapes|data types|operations|root ranks"
-    r"|prescale and/or postscale factors|CPU/GPU device selection): (?P<detail>One [^\n]{0,200})",
+    r"|reduction operation|prescale and/or postscale factors|CPU/GPU device selection):"
+    r" (?P<detail>One [^\n]{0,200})",
     anchors=(
         "tensor shapes: One rank",
         "data types: One rank",
         "operations: One rank",
         "root ranks: One rank",
+        "reduction operation: One rank",
         "postscale factors: One rank",
         "device selection: One rank",
     ),

@@ -66,7 +66,7 @@ signature(
 
 signature(
     "memory.exit_137",
-    r"\bexit(?:ed)?(?: with)?[ _](?:code|status)[:=]? ?137\b|\bExited \(137\)",
+    r"\b[Ee]xit(?:ed)?(?: with)?[ _](?:code|status)[:=]? ?137\b|\bExited \(137\)",
     anchors=(
         "code 137",
         "code: 137",

@@ -80,27 +80,29 @@ signature(
 # A launcher's word that a worker exited with an error, without the worker's reason:
 # mp.spawn's `process 1 terminated with exit code 1`, subprocess's `Command '['/usr/bin/python',
 # 'train.py', '--local_rank=1']' returned non-zero exit status 1` (torch.distributed.launch,
-# accelerate), its `died with <Signals.SIGSEGV: 11>`, DeepSpeed's `exits with return code = 1`
-# and torchrun's `ChildFailedError` (its per-rank lines may be lost: elastic.child_failed).
+# accelerate), its `died with <Signals.SIGSEGV: 11>`, DeepSpeed's `exits with return code = 1`,
+# horovodrun's `mpirun failed with exit code 1` and torchrun's `ChildFailedError` (its per-rank
+# lines may be lost: elastic.child_failed).
 signature(
     "launcher.child_exit",
     r"process (?P<spawn_index>\d+) terminated with exit code (?P<exitcode>\d+)"
     r"|Command '\['[^']*python[\w.]*'[^\]]*\]' (?:returned non-zero exit status (?P<status>\d+)"
     r"|died with <Signals\.(?P<signal>SIG[A-Z]+): \d+>)"
-    r"|exits with return code = (?P<code>\d+)"
+    r"|exits with return code = (?P<code>\d+)|mpirun failed with exit code (?P<mpirun>\d+)"
     r"|(?P<report>ChildFailedError)",
     anchors=(
         "terminated with exit code",
         "returned non-zero exit status",
         "died with <Signals.",
         "exits with return code = ",
+        "mpirun failed with exit code",
         "ChildFailedError",
     ),
     summary="a launcher reports a worker that exited with an error or a signal",
     extract=lambda found: {
         key: int(value) if key == "exitcode" else value
         for key, value in (
-            ("exitcode", found["exitcode"] or found["status"] or found["code"]),
+            ("exitcode", found["exitcode"] or found["status"] or found["code"] or found["mpirun"]),
             ("signal", found["signal"]),
             ("report", found["report"]),
         )

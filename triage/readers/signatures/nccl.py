@@ -234,7 +234,11 @@ signature(
         "ncclInvalidUsage",
         "ncclInvalidArgument",
         "NCCL failure",
+        # Horovod's words for NCCL's result: `ncclCommInitRank failed: internal error`
         "failed: unhandled",
+        "failed: internal error",
+        "failed: invalid usage",
+        "failed: invalid argument",
     ),
     summary="an NCCL call failed with a result code (system, CUDA, internal, usage error)",
     extract=_nccl_error,

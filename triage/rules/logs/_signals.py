@@ -18,9 +18,13 @@ TEARDOWN_EXCEPTIONS = frozenset(
 )
 
 #: An exception that is a launcher's report of a worker's exit (mp.spawn's
-#: ProcessExitedException, subprocess's CalledProcessError for the launched interpreter): the
-#: worker's own failure, where the text holds it, is another exception.
-_CHILD_EXIT = re.compile(r"^\s*process \d+ terminated with |^\s*Command '\['[^']*python")
+#: ProcessExitedException, subprocess's CalledProcessError for the launched interpreter,
+#: horovodrun's RuntimeError): the worker's own failure, where the text holds it, is another
+#: exception.
+_CHILD_EXIT = re.compile(
+    r"^\s*process \d+ terminated with |^\s*Command '\['[^']*python"
+    r"|^Horovod detected that one or more processes exited|^mpirun failed with exit code"
+)
 
 
 def reports_a_stop(record: TracebackRecord) -> bool:

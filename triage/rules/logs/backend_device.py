@@ -21,6 +21,12 @@ _FIX_DEVICE = (
     "init_process_group(backend='cpu:gloo,cuda:nccl'), or a separate gloo group "
     "(dist.new_group(backend='gloo')) for CPU-side collectives."
 )
+_FIX_HOROVOD_BUILD = (
+    "Reinstall Horovod with what the job uses built in (`HOROVOD_WITH_PYTORCH=1"
+    " HOROVOD_WITH_GLOO=1` or `HOROVOD_WITH_MPI=1`, `HOROVOD_GPU_OPERATIONS=NCCL`, and `pip"
+    " install --no-cache-dir horovod` so the build runs again); `horovodrun --check-build` lists"
+    " what the installed one has."
+)
 _FIX_GLOO = (
     "monitored_barrier, TORCH_DISTRIBUTED_DEBUG=DETAIL's wrapper and DCP's async_save run on"
     " gloo: give the process group a CPU backend too (init_process_group(backend='cuda:nccl,cpu:gloo')), or"
@@ -120,6 +126,16 @@ def backend_device(evidence: EvidenceSet) -> Iterator[Finding]:
         found.append(
             (0.9, "the backend is not available on this machine", unavailable, _FIX_UNAVAILABLE)
         )
+    horovod = signals(evidence, "horovod.not_built")
+    if horovod:
+        part = horovod[0][1].fields["part"]
+        what = f"Horovod was built without {part}"
+        found.append((0.85, what, horovod, _FIX_HOROVOD_BUILD))
+    dtypes = signals(evidence, "horovod.dtype_unsupported")
+    if dtypes:
+        fields = dtypes[0][1].fields
+        what = f"Horovod's {fields['backend']} backend cannot reduce {fields['dtype']} tensors"
+        found.append((0.8, what, dtypes, _FIX_DTYPE))
     gloo = signals(evidence, "setup.needs_gloo")
     if gloo:
         found.append((0.85, "a check that runs on gloo met a group without it", gloo, _FIX_GLOO))

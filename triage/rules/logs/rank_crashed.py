@@ -32,7 +32,7 @@ _CRASHES = (
     "mpi.rank_ended",
 )
 _EXITS = ("elastic.worker_failed", "elastic.child_failed", "elastic.process_signal",
-          "spawn.process_signal", "launcher.child_exit")  # fmt: skip
+          "spawn.process_signal", "launcher.child_exit", "horovod.process_exit")  # fmt: skip
 
 
 @rule("logs.rank_crashed", "hang.rank_exited", last_resort=True)

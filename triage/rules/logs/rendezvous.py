@@ -47,6 +47,12 @@ _CLOSED_FIX = (
     " connection closes early). Check the hosts' security software and firewall rules for"
     " NCCL's ports, try NCCL_SOCKET_IFNAME on the interface the ranks share, and upgrade NCCL."
 )
+_HOROVOD_FIX = (
+    "Check that every host reaches the launching host (ssh without a password, the ports"
+    " horovodrun's services and its gloo rendezvous open: no firewall between the hosts), give"
+    " --network-interface (HOROVOD_GLOO_IFACE) an interface every host has, and raise"
+    " --start-timeout or HOROVOD_GLOO_TIMEOUT_SECONDS on a large or slow-starting job."
+)
 _LIBUV_FIX = (
     "Use the store's classic backend: set USE_LIBUV=0 in the environment (torchrun and "
     "init_process_group read it), `use_libuv=0` in an env:// or tcp:// init_method's query, or "
@@ -210,6 +216,10 @@ def _findings(view: CommView) -> list[Found]:
                 _REACH_FIX,
             )
         )
+    horovod = view.of("horovod.tasks_not_started")
+    if horovod:
+        what = "Horovod's workers did not all reach its launcher's rendezvous"
+        found.append((0.55, what, horovod, _HOROVOD_FIX))
     mpi = view.of("mpi.tcp_unreachable")
     if mpi:
         what = "MPI's daemons could not open TCP connections between the hosts"

@@ -163,6 +163,20 @@ def _findings(view: CommView) -> list[Found]:
                 " job in the environment the cluster was started from.",
             )
         )
+    horovod = view.of("horovod.framework_version")
+    if horovod:
+        fields = horovod[0][1].fields
+        found.append(
+            (
+                0.85,
+                f"Horovod was built against {fields['framework']} {fields['built']}, and"
+                f" {fields['found']} is installed",
+                horovod,
+                "Rebuild Horovod against the installed framework (`pip install --no-cache-dir"
+                " --force-reinstall horovod` with HOROVOD_WITH_PYTORCH=1), or install the"
+                " version it was built with.",
+            )
+        )
     driver = view.of("driver.insufficient", "driver.too_old")
     if driver:
         found.append((0.85, "the NVIDIA driver is too old for this CUDA build", driver, _DRIVER))

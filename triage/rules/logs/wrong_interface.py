@@ -103,6 +103,19 @@ def _findings(view: CommView) -> list[Found]:
                 _IFNAME_FIX.format(var="GLOO_SOCKET_IFNAME"),
             )
         )
+    horovod = view.of("horovod.no_common_interface")
+    if horovod:
+        found.append(
+            (
+                0.6,
+                "horovodrun found no network interface its hosts reach each other on",
+                horovod,
+                "Give horovodrun an interface with the same name on every host that they reach"
+                " each other on (--network-interface, HOROVOD_GLOO_IFACE and NCCL_SOCKET_IFNAME"
+                " alike); rename it to match where hosts differ, and open the ports between"
+                " them (no NAT or firewall in the way).",
+            )
+        )
     missing = view.of("nccl.no_interface", "nccl.no_net_interface")
     if missing:
         ifname = overrides.get("NCCL_SOCKET_IFNAME")
