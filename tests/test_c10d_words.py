@@ -171,3 +171,64 @@ def test_an_abort_for_this_ranks_own_timeout_is_no_lost_peer(tmp_path: Path) -> 
     )
     causes = [h.cause_id for h in analyze_files(tmp_path, {"rank0.log": line + "\n"}).hypotheses]
     assert causes[0] == "hang.collective_timeout" and "comm.peer_failure" not in causes, causes
+
+
+@pytest.mark.parametrize(
+    ("line", "cause"),
+    [
+        # torch 1.7's NCCL_BLOCKING_WAIT and async error handling
+        ("RuntimeError: Operation timed out!", "hang.collective_timeout"),
+        (
+            "terminate called after throwing an instance of 'std::runtime_error'\n  what():  NCCL"
+            " Operation Timed Out",
+            "hang.collective_timeout",
+        ),
+        # torch 1.6-1.9's NCCLComm::getNcclComm, without the rank
+        ("RuntimeError: NCCL communicator was aborted.", "comm.peer_failure"),
+        # torch 1.5-1.12's shared-memory file, before the reason was appended (a full /dev/shm)
+        ("RuntimeError: unable to write to file </torch_30135_3865702978>", "comm.shm_exhausted"),
+        (
+            "RuntimeError: Tensor list input to scatter/gather must match number of collective"
+            " participants",
+            "config.world_size_mismatch",
+        ),
+        (
+            "RuntimeError: ProcessGroupNCCL only supports send for NCCL lib version >= 2.7.0",
+            "config.backend_device",
+        ),
+        # TORCH_DISTRIBUTED_DEBUG=DETAIL in torch 1.9-1.10 (ProcessGroupWrapper)
+        (
+            "RuntimeError: Mismatch between collective operation types across ranks.This likely"
+            " indicates an application bug where different ranks are calling different"
+            " collectives. Rank 1 is calling collective: ALLREDUCE",
+            "hang.mismatched_collective",
+        ),
+        (
+            "RuntimeError: Error when verifying shape tensors for collective ALLREDUCE on rank 0."
+            " This likely indicates that input shapes into the collective are mismatched across"
+            " ranks. Got shapes:  10\n[ torch.LongTensor{1} ]",
+            "hang.shape_mismatch",
+        ),
+        # torchelastic 1.9-1.13's stdlib logging; -7 is SIGBUS (a full /dev/shm in a container)
+        (
+            "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -7) local_rank:"
+            " 0 (pid: 3311) of binary: /usr/bin/python3",
+            "comm.shm_exhausted",
+        ),
+    ],
+    ids=[
+        "blocking-wait-1.7",
+        "async-timeout-1.7",
+        "aborted-no-rank",
+        "shm-file-no-reason",
+        "gather-list-size",
+        "send-needs-nccl-2.7",
+        "detail-op-1.9",
+        "detail-shape-1.9",
+        "sigbus-exit",
+    ],
+)
+def test_older_torchs_words_read_as_the_newer_ones(tmp_path: Path, line: str, cause: str) -> None:
+    """torch 1.5-1.13's own wordings (torch/lib/c10d at those releases, torch/distributed)."""
+    top = analyze_files(tmp_path, {"rank1.log": line + "\n"}).hypotheses[0]
+    assert top.cause_id == cause, top.title

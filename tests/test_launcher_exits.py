@@ -146,3 +146,11 @@ def test_an_uncorrectable_nvlink_error_is_the_hardware(tmp_path: Path) -> None:
     top = analyze_files(tmp_path, {"rank3.log": text}).hypotheses[0]
     assert (top.cause_id, top.confidence) == ("hang.rank_exited", 0.45)
     assert "stopped answering" in top.title
+
+
+def test_the_old_launchers_teardown_without_its_prefix_is_a_worker_gone(tmp_path: Path) -> None:
+    """torch 1.8's torch.distributed.launch printed a bare `Killing subprocess N` for each
+    worker after one died (facebookresearch/swav#61): with no traceback, a signal took it."""
+    text = "Killing subprocess 1085\nKilling subprocess 1086\n"
+    top = analyze_files(tmp_path, {"launch.log": text}).hypotheses[0]
+    assert (top.cause_id, top.confidence) == ("oom.host", 0.3)

@@ -129,13 +129,15 @@ signature(
     r"|Capturing NCCL collectives is only allowed with NCCL >= (?P<capture>[\d.]+)"
     r"|Cannot use ReduceOp\.(?P<bool_op>\w+) with boolean inputs"
     r"|(?P<coll>\w+) does not support ?(?P<complex_op>\w+?) ?on complex tensors"
-    r"|Unsupported Float8 type for NCCL reduction",
+    r"|Unsupported Float8 type for NCCL reduction"
+    r"|ProcessGroupNCCL only supports (?P<p2p>\w+) for NCCL lib version >= (?P<lib>[\d.]+)",
     anchors=(
         " requires NCCL",
         "Capturing NCCL collectives is only allowed",
         "with boolean inputs",
         "on complex tensors",
         "Unsupported Float8 type for NCCL",
+        "for NCCL lib version >=",
     ),
     summary="the NCCL this job loads has no form of this reduction (too old, or the dtype)",
 )

@@ -230,11 +230,11 @@ signature(
 )
 
 # A collective on a communicator this rank's watchdog already aborted after a peer's
-# failure: `NCCL communicator was aborted on rank 3.` (older torch appends `Original reason
+# failure: `NCCL communicator was aborted on rank 3.` (torch 1.6-1.9: without the rank; older torch appends `Original reason
 # for failure was:` and, for a timeout of this rank's own, that is no lost peer).
 signature(
     "nccl.communicator_aborted",
-    r"NCCL communicator was aborted on rank (?P<aborted_on>\d+)\.?(?!.*(?:[Tt]imeout|timed out))",
+    r"NCCL communicator was aborted(?: on rank (?P<aborted_on>\d+))?\.?(?!.*(?:[Tt]imeout|timed out))",
     anchors="NCCL communicator was aborted",
     summary="a collective met a communicator its watchdog had aborted after an earlier failure",
     peer_symptom=True,

@@ -20,7 +20,10 @@ signature(
     # rank 3, ...`, `DeepEP error: timeout (dispatch CPU)`), TransformerEngine's userbuffers
     # (`[userbuffers.cu:...] ... expecting 1287 got 1286`, `CE deadlock DETECTED`)
     r"DeepEP\b[^\n]{0,60}?\btimeout|\[userbuffers\.cu:[^\]]+\][^\n]*?expecting \d+,? (?:got|observed) \d+|"
-    r"CE deadlock DETECTED",
+    r"CE deadlock DETECTED|"
+    # torch 1.7's NCCL timeouts: NCCL_BLOCKING_WAIT's `Operation timed out!`, the async error
+    # handler's `NCCL Operation Timed Out`
+    r"^(?:RuntimeError: )?Operation timed out!|NCCL Operation Timed Out",
     anchors=(
         "collective operation timeout",
         "Detected mismatch between collectives",
@@ -45,6 +48,8 @@ signature(
         "DeepEP",
         "[userbuffers.cu:",
         "CE deadlock DETECTED",
+        "Operation timed out!",
+        "NCCL Operation Timed Out",
     ),
     summary="a collective timed out, stalled or mismatched across ranks (cause not named)",
 )

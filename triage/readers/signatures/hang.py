@@ -430,9 +430,16 @@ signature(
 # `Mismatched data types: ...`, `Mismatched operations: One rank did an ALLREDUCE, but another
 # rank did an BROADCAST.` (older: `Mismatched MPI operations`), root ranks, scale factors,
 # CPU/GPU device selection. It does not say which rank is the odd one.
-#: What Horovod compares that makes it a size mismatch; the rest (the op, its root, its scale
-#: factors, its device) is the ranks calling different collectives.
-HOROVOD_SIZES = frozenset({"tensor shapes", "data types"})
+#: What Horovod (or torch's DETAIL check) compares that makes it a size mismatch; the rest
+#: (the op, its root, its scale factors, its device) is the ranks calling different collectives.
+SIZE_MISMATCHES = frozenset({"tensor shapes", "data types"})
+#: Who compared the ranks' collectives, by signature: (the checker, what it compared).
+MISMATCH_CHECKERS = {
+    "hang.horovod_mismatch": ("Horovod's coordinator", "what every rank submitted under one"
+                              " tensor name"),
+    "hang.wrapper_mismatch": ("TORCH_DISTRIBUTED_DEBUG=DETAIL's check", "every rank's"
+                              " collective at one step"),
+}  # fmt: skip
 
 signature(
     "hang.horovod_mismatch",
@@ -449,6 +456,23 @@ signature(
         "device selection: One rank",
     ),
     summary="Horovod: the ranks submitted one tensor with different shapes, types or ops",
+)
+
+# TORCH_DISTRIBUTED_DEBUG=DETAIL's first wording (torch 1.9-1.10, ProcessGroupWrapper, before
+# the fingerprints): `Mismatch between collective operation types across ranks.This likely
+# indicates an application bug`, `Error when verifying shape tensors for collective ALLREDUCE on
+# rank 0. This likely indicates that input shapes into the collective are mismatched across
+# ranks.` The rank is the reporter, not the odd one.
+signature(
+    "hang.wrapper_mismatch",
+    r"Mismatch between collective (?P<what>operation types) across ranks"
+    r"|Error when verifying shape tensors for collective (?P<op>\w+) on rank \d+",
+    anchors=("Mismatch between collective operation types", "Error when verifying shape tensors"),
+    summary="TORCH_DISTRIBUTED_DEBUG=DETAIL: the ranks' collectives differ in op or shapes",
+    extract=lambda found: {
+        "what": "operations" if found["what"] else "tensor shapes",
+        "detail": found.group(0),
+    },
 )
 
 # transformers' and accelerate's main_process_first(): every other rank waits in a barrier

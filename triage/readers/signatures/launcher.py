@@ -55,11 +55,17 @@ signature(
 
 signature(
     "elastic.signal_received",
-    r"Received (?:Signals\.)?(?P<signal>SIG[A-Z]+|\d+) death signal, shutting down workers",
-    anchors="death signal",
+    r"Received (?:Signals\.)?(?P<signal>SIG[A-Z]+|\d+) death signal, shutting down workers"
+    # torchrun's SignalException (torch 1.10-1.13): `Process 724727 got signal: 1`
+    r"|SignalException: Process \d+ got signal: (?P<signo>\d+)",
+    anchors=("death signal", "got signal: "),
     summary="the launcher itself was signalled and shut its workers down (scheduler kill, preemption, timeout)",
     extract=lambda found: {
-        "signal": signal_name(found["signal"]) if found["signal"].isdigit() else found["signal"]
+        "signal": signal_name(found["signo"])
+        if found["signo"]
+        else signal_name(found["signal"])
+        if found["signal"].isdigit()
+        else found["signal"]
     },
 )
 
@@ -117,7 +123,7 @@ signature(
 signature(
     "elastic.teardown",
     r"Sending process (?P<pid>\d+) closing signal (?P<signal>SIG[A-Z]+)"
-    r"|sigkill_handler\] Killing subprocess (?P<subprocess>\d+)",
+    r"|(?:sigkill_handler\] |^)Killing subprocess (?P<subprocess>\d+)",
     anchors=("closing signal SIG", "Killing subprocess"),
     summary="the launcher stops the remaining workers after one exited",
 )

@@ -415,8 +415,8 @@ signature(
 signature(
     "shm.torch_file",
     r"unable to (?P<op>write to file|mmap \d+ bytes from file|open shared memory object"
-    r"|allocate shared memory\(shm\) for file|resize file) <(?P<file>[^>]*)>[^:]*:"
-    r"\s*(?P<reason>[^(]*?)\s*(?:\((?P<errno>\d+)\))?\s*$",
+    r"|allocate shared memory\(shm\) for file|resize file) <(?P<file>[^>]*)>"
+    r"(?:[^:\n]*:\s*(?P<reason>[^(]*?)\s*(?:\((?P<errno>\d+)\))?)?\s*$",
     anchors=(
         "unable to write to file <",
         "unable to mmap ",

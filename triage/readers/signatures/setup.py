@@ -363,9 +363,11 @@ signature(
     r"|invalid input tensor list size, must be world size"
     r"|(?:Output|Input) list size should be \d+, same as size of the process group"
     r"|tensor list size \d+ does not match world size \d+"
-    r"|output lists should be equal to world size",
+    r"|output lists should be equal to world size"
+    r"|Tensor list input to scatter/gather must match number of collective participants",
     anchors=(
         "must be equal to world_size times input tensor size",
+        "must match number of collective participants",
         "must be the same size as output size times world size",
         ": invalid output tensor list at index",
         ": invalid tensor size at index",

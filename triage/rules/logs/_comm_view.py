@@ -82,7 +82,7 @@ _BENIGN_WARN = re.compile(
 PEER_TEXT = re.compile(
     r"Connection closed by (?:remote )?peer|Connection reset by peer|ncclRemoteError|"
     r"Socket (?:unexpectedly )?closed \[|Connection was likely closed|"
-    r"NCCL communicator was aborted on rank \d+\.?(?!.*(?:[Tt]imeout|timed out))|"
+    r"NCCL communicator was aborted(?: on rank \d+)?\.?(?!.*(?:[Tt]imeout|timed out))|"
     r"remote process exited or there was a network error|[Bb]roken pipe|got 0 bytes|"
     r"remote worker crashing|RendezvousClosedError|unexpected exit of a remote peer|"
     r"Horovod has been shut down|received errors while waiting for send/recv from rank"

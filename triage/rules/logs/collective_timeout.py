@@ -17,6 +17,7 @@ from triage.text import plural, rank_label
 #: The watchdog's own words or frames, when the WorkNCCL details did not come with them.
 _WATCHDOG = re.compile(
     r"Watchdog caught collective operation timeout|checkTimeout|ncclCommWatchdog"
+    r"|Operation timed out!|NCCL Operation Timed Out"
 )
 
 _COLLECT = (

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from triage.models import Evidence, Finding, Location
 from triage.observations import Frame, LogSignal, TracebackRecord
-from triage.readers.signatures.hang import HOROVOD_SIZES
+from triage.readers.signatures.hang import MISMATCH_CHECKERS, SIZE_MISMATCHES
 from triage.readers.source import Block
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._hang_lines import (
@@ -81,7 +81,7 @@ def mismatched_collective(evidence: EvidenceSet) -> Iterator[Finding]:
         return
     yield from _from_reports(evidence)
     yield from _horovod(evidence)
-    yield from _horovod_calls(evidence)
+    yield from _checked_calls(evidence)
     yield from _stacks_apart(evidence)
 
 
@@ -125,28 +125,29 @@ def _stacks_apart(evidence: EvidenceSet) -> Iterator[Finding]:
     )
 
 
-def _horovod_calls(evidence: EvidenceSet) -> Iterator[Finding]:
-    """Horovod's coordinator saw one tensor name submitted with different ops, roots, scale
-    factors or devices: the ranks are in different collectives under one name."""
+def _checked_calls(evidence: EvidenceSet) -> Iterator[Finding]:
+    """Horovod's coordinator, or torch 1.9's DETAIL check, found the ranks in different
+    collectives at one step (another op, root, scale factor or device)."""
     found = [
         item
-        for item in signals(evidence, "hang.horovod_mismatch")
-        if item[1].fields.get("what") not in HOROVOD_SIZES
+        for item in signals(evidence, "hang.horovod_mismatch", "hang.wrapper_mismatch")
+        if item[1].fields.get("what") not in SIZE_MISMATCHES
     ]
     if not found:
         return
     line = found[0][1]
+    checker, compared = MISMATCH_CHECKERS[line.signature]
     yield Finding(
-        title=f"Horovod: the ranks called one collective with different {line.fields['what']}",
-        summary=f"Horovod's coordinator compared what every rank submitted under one tensor name"
-        f" and refused it: `{line.fields['detail'].strip()}` ({line.path}:{line.line}). The ranks"
-        " reached different calls under that name; it does not say which rank is the odd one.",
+        title=f"the ranks called one collective with different {line.fields['what']}",
+        summary=f"{checker} compared {compared} and refused it: `{line.fields['detail'].strip()}`"
+        f" ({line.path}:{line.line}). The ranks reached different calls; it does not say which"
+        " rank is the odd one.",
         ranks=[],
         confidence=0.7,
         evidence=ids(found[:8]),
-        fix="Make every rank issue the same collective with the same arguments under that name:"
-        " a rank- or data-dependent branch, or code and configuration that differ between"
-        " nodes, is the usual source; name the tensors (`name=`) so the message says which.",
+        fix="Make every rank issue the same collective with the same arguments at that step: a"
+        " rank- or data-dependent branch, or code and configuration that differ between nodes,"
+        " is the usual source.",
         confirm="every rank's stack (py-spy) at the stall: ranks split between two calls",
     )
 

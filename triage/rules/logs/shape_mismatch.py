@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 from triage.models import Finding
-from triage.readers.signatures.hang import HOROVOD_SIZES
+from triage.readers.signatures.hang import MISMATCH_CHECKERS, SIZE_MISMATCHES
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._comm_view import comm_view
 from triage.rules.logs._hang_lines import (
@@ -78,7 +78,7 @@ def shape_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
         yield from _same_op(evidence)
         yield from _reshaped(view)
         yield from _models_differ(evidence)
-        yield from _horovod(evidence)
+        yield from _checked(evidence)
         return
     best = max(candidates, key=_confidence)
     culprits = format_ranks(best.ranks)
@@ -259,28 +259,29 @@ def _reshaped(view: HangLog) -> Iterator[Finding]:
     )
 
 
-def _horovod(evidence: EvidenceSet) -> Iterator[Finding]:
-    """Horovod's coordinator saw one tensor name submitted with different shapes or dtypes."""
+def _checked(evidence: EvidenceSet) -> Iterator[Finding]:
+    """Horovod's coordinator, or torch 1.9's DETAIL check, compared the ranks' tensors at one
+    collective and found different shapes or dtypes."""
     found = [
         item
-        for item in signals(evidence, "hang.horovod_mismatch")
-        if item[1].fields.get("what") in HOROVOD_SIZES
+        for item in signals(evidence, "hang.horovod_mismatch", "hang.wrapper_mismatch")
+        if item[1].fields.get("what") in SIZE_MISMATCHES
     ]
     if not found:
         return
     line, reporters = found[0][1], ranks_of(s for _, s in found)
+    checker, compared = MISMATCH_CHECKERS[line.signature]
     yield Finding(
-        title=f"Horovod: the ranks passed one tensor with different {line.fields['what']}",
-        summary=f"Horovod's coordinator compared what every rank submitted under one tensor name"
-        f" and refused it: `{line.fields['detail'].strip()}` ({line.path}:{line.line}). It does"
-        " not say which rank is the odd one.",
+        title=f"the ranks passed one collective tensors with different {line.fields['what']}",
+        summary=f"{checker} compared {compared} and refused it: `{line.fields['detail'].strip()}`"
+        f" ({line.path}:{line.line}). It does not say which rank is the odd one.",
         ranks=[],
         location=hang_log(evidence).location(reporters),
         confidence=0.7,
         evidence=ids(found[:8]),
         fix="Give that tensor the same shape and dtype on every rank: a batch or a list whose"
         " size depends on the rank's data (pad it after exchanging sizes, or gather ragged data"
-        " with allgather_object), a model or optimizer built differently on some ranks (a"
-        " parameter that only some ranks create).",
+        " as objects), a model or optimizer built differently on some ranks (a parameter that"
+        " only some ranks create).",
         confirm="print the tensor's shape and dtype before the collective on every rank",
     )

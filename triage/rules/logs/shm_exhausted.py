@@ -79,7 +79,13 @@ def shm_exhausted(evidence: EvidenceSet) -> Iterator[Finding]:
     workers = view.of("shm.dataloader_bus_error")
     sigbus = [
         (e, s)
-        for e, s in view.of("elastic.child_failed", "elastic.process_signal")
+        for e, s in view.of(
+            "elastic.child_failed",
+            "elastic.process_signal",
+            "elastic.worker_failed",
+            "spawn.process_signal",
+            "launcher.child_exit",
+        )
         if s.fields.get("signal") == "SIGBUS"
     ] + [(e, s) for e, s in view.of("process.crashed") if _BUS_ERROR.search(s.text)]
     found: list[Found] = []
