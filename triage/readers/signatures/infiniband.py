@@ -86,9 +86,42 @@ signature(
 
 signature(
     "ib.memlock",
-    r"RLIMIT_MEMLOCK is (?P<bytes>\d+) bytes",
-    anchors="RLIMIT_MEMLOCK",
+    r"RLIMIT_MEMLOCK is (?P<bytes>\d+) bytes"
+    # `ulimit -a`'s line, pasted: a number (not `unlimited`) is a limit RDMA meets
+    r"|max locked memory\s+\(kbytes, -l\)\s+(?P<kbytes>\d+)\b",
+    anchors=("RLIMIT_MEMLOCK", "max locked memory"),
     summary="the locked-memory ulimit is too low for RDMA memory registration",
+    extract=lambda found: {
+        "bytes": int(found["bytes"]) if found["bytes"] else int(found["kbytes"]) << 10,
+        "source": "nccl" if found["bytes"] else "ulimit",
+    },
+)
+
+# A port of the host's InfiniBand/RoCE adapter that is not up, in the words of the tools a
+# report pastes and of the kernel: `rdma link`'s `state DOWN physical_state POLLING`, ibstat's
+# `Physical state: Polling`, ibv_devinfo's `state: PORT_DOWN (1)`, ibdev2netdev's `==> ib0
+# (Down)`, mlx5's `mlx5_3: Port: 1 Link DOWN`; and the adapter's firmware stopping (`device's
+# health compromised`). A port the job does not use may be down on a healthy host.
+signature(
+    "ib.port_down",
+    r"\bstate (?:DOWN|INIT) physical_state (?P<physical>[A-Z_]+)"
+    r"|^\s*Physical state:\s*(?P<ibstat>Polling|Disabled)\b"
+    r"|^\s*LinkState:\.+(?:Down|Init)\b"
+    r"|^\s*state:\s+PORT_(?:DOWN|INIT)\b"
+    r"|==> (?P<netdev>\S+) \(Down\)"
+    r"|(?P<hca>mlx\d_\d+): Port: \d+ Link DOWN"
+    r"|mlx\d_core (?P<pci>[0-9a-f:.]+): device's health compromised",
+    anchors=(
+        "physical_state",
+        "Physical state:",
+        "LinkState:",
+        "PORT_DOWN",
+        "PORT_INIT",
+        "(Down)",
+        "Link DOWN",
+        "device's health compromised",
+    ),
+    summary="an InfiniBand/RoCE port on this host is not up (or its adapter failed)",
 )
 
 # Any WARN of NCCL's InfiniBand transport (`NCCL WARN NET/IB : ...`): the device, a queue

@@ -438,6 +438,19 @@ signature(
     extract=lambda found: {"bytes": int(found["bytes"])},
 )
 
+_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+# `df -h` of a container's /dev/shm (`shm  64M  0  64M  0% /dev/shm`; Docker's own view names
+# the container's shm mount): its size, Docker's 64 MB default unless the container set one.
+signature(
+    "shm.df_size",
+    r"^\s*\*?(?:shm|tmpfs|none)\s+(?P<size>\d+(?:\.\d+)?)(?P<unit>[KMGT])\s+\S+\s+\S+\s+\d+%"
+    r"\s+(?:/dev/shm|/\S+/shm)\s*$",
+    anchors="shm",
+    summary="df shows the size of /dev/shm (a container's default is 64 MB)",
+    extract=lambda found: {"bytes": int(float(found["size"]) * _UNITS[found["unit"]])},
+)
+
 signature(
     "shm.ray_request",
     r"System memory request exceeds memory available in /dev/shm\.(?: The request is for"

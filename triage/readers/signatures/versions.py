@@ -58,7 +58,10 @@ signature(
     r"|forward compatibility was attempted on non supported HW)"
     r"|cuDNN version incompatibility: PyTorch was compiled\s+against \([\d, ]+\) but found "
     r"runtime version \([\d, ]+\)"
-    r"|(?P<module>Driver/library version mismatch|API mismatch: the NVIDIA kernel module))",
+    r"|(?P<module>[Dd]river/library version mismatch|API mismatch: the NVIDIA kernel module"
+    # the kernel's own side of it: `NVRM: API mismatch: the client has the version 535.54.03,
+    # but NVRM: this kernel module has the version 530.30.02`
+    r"|NVRM: API mismatch: the client (?:'[^']*' \(pid \d+\) )?has the version))",
     anchors=(
         "no kernel image is available",
         "is not compatible with the current PyTorch installation",
@@ -67,7 +70,9 @@ signature(
         "forward compatibility was attempted",
         "cuDNN version incompatibility",
         "Driver/library version mismatch",
+        "driver/library version mismatch",
         "API mismatch: the NVIDIA kernel module",
+        "NVRM: API mismatch: the client",
     ),
     summary="the CUDA build does not fit this GPU or driver (architecture, toolkit, driver, cuDNN)",
     extract=lambda found: {

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from triage.models import Finding
-from triage.readers.signatures.hardware import LOST_XIDS
+from triage.readers.signatures.hardware import LOST_XIDS, NVLINK_XIDS
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._signals import ids, ranks_of, signals
 
@@ -15,9 +15,12 @@ def gpu_lost(evidence: EvidenceSet) -> Iterator[Finding]:
     """A GPU fell off the bus or hit an uncorrectable error, and its rank died or froze.
 
     What it detects:
-    The driver's Xid 79 (fallen off the bus), 48/94/95 (uncorrectable ECC), 74 (NVLink),
-    119/120 (GSP firmware timeout); nvidia-smi's `Unable to determine the device handle`
-    or `GPU is lost`; CUDA's `uncorrectable ECC error encountered`.
+    The driver's Xid 79 (fallen off the bus), 48/94/95 (uncorrectable ECC), 64 (a page it
+    could not retire), 74 and fatal 144-150 (NVLink), 119/120 (GSP firmware timeout), 154
+    (recovery needs a reset or reboot); the driver's `RmInitAdapter failed!`, its GSP
+    heartbeat timeout and a PCIe error the GPU cannot recover from; nvidia-smi's `Unable to
+    determine the device handle` or `GPU is lost`; CUDA's `uncorrectable ECC error
+    encountered`.
 
     Why it happens:
     Hardware: a GPU, its PCIe link or NVLink, or its memory failed. The process on that GPU
@@ -41,7 +44,9 @@ def gpu_lost(evidence: EvidenceSet) -> Iterator[Finding]:
     lost = [
         (e, s)
         for e, s in signals(evidence, "hardware.gpu_lost")
-        if "xid" not in s.fields or s.fields["xid"] in LOST_XIDS
+        if "xid" not in s.fields
+        or s.fields["xid"] in LOST_XIDS
+        or (s.fields["xid"] in NVLINK_XIDS and s.fields.get("fatal"))
     ]
     if not lost:
         return

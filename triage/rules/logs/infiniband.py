@@ -32,6 +32,14 @@ _NICS_FIX = (
     " Kubernetes), or whose NCCL_IB_HCA names fewer ports gives NCCL this count; set"
     " NCCL_IGNORE_NET_MISMATCH=1 only where the difference is intended."
 )
+#: `ulimit -l` below this is a limit RDMA registration meets (unlimited is what NVIDIA asks).
+_MEMLOCK_LOW = 1 << 30
+_PORT_FIX = (
+    "Check the port the job's HCA uses (`ibstat`, `ibv_devinfo`: State Active, Physical state"
+    " LinkUp): reseat or replace the cable or transceiver, check the switch port and, for"
+    " InfiniBand, the subnet manager (opensm); a port the job is not meant to use can be left"
+    " out with NCCL_IB_HCA."
+)
 _QP_FIX = (
     "Check the fabric between the hosts with `ibv_devinfo` (ports ACTIVE), `show_gids` and "
     "perftest (`ib_write_bw`) using the same device and GID; set NCCL_IB_GID_INDEX to the "
@@ -108,7 +116,8 @@ def infiniband(evidence: EvidenceSet) -> Iterator[Finding]:
 def _findings(view: CommView) -> list[Found]:
     found: list[Found] = []
     verbs = view.of("nccl.ib_verbs_failed")
-    memlock_warning = view.of("ib.memlock")
+    limits = [(e, s) for e, s in view.of("ib.memlock") if s.fields["bytes"] < _MEMLOCK_LOW]
+    memlock_warning = [(e, s) for e, s in limits if s.fields["source"] == "nccl"]
     memlock = [(e, s) for e, s in verbs if s.fields.get("memlock")]
     if memlock:
         found.append(
@@ -124,18 +133,22 @@ def _findings(view: CommView) -> list[Found]:
         reason = verbs[0][1].fields.get("reason")
         found.append(
             (
-                0.85 if memlock_warning and call == "ibv_reg_mr" else 0.8,
+                0.85 if limits and call == "ibv_reg_mr" else 0.8,
                 f"{call} failed" + (f" ({reason})" if reason else ""),
                 verbs,
-                _MEMLOCK_FIX
-                if call in ("ibv_reg_mr", "ibv_create_qp") and memlock_warning
-                else _QP_FIX,
+                _MEMLOCK_FIX if call in ("ibv_reg_mr", "ibv_create_qp") and limits else _QP_FIX,
             )
         )
     if memlock_warning and not verbs:
         found.append(
             (0.6, "the locked-memory limit is too low for RDMA", memlock_warning, _MEMLOCK_FIX)
         )
+    elif limits and not verbs:  # `ulimit -a` pasted: a fact, if the job uses RDMA at all
+        what = f"the locked-memory limit is {limits[0][1].fields['bytes'] >> 10} KB (ulimit -l)"
+        found.append((0.35, what, limits, _MEMLOCK_FIX))
+    ports = view.of("ib.port_down")
+    if ports:
+        found.append((0.4, "an InfiniBand/RoCE port on this host is not up", ports, _PORT_FIX))
     counts = view.of("nccl.net_device_counts")
     if counts:
         fields = counts[0][1].fields

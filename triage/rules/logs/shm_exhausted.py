@@ -44,7 +44,8 @@ def shm_exhausted(evidence: EvidenceSet) -> Iterator[Finding]:
     signal handler's `Caught signal 7 (Bus error: ...)`); Ray's raylet refusing an object
     store request larger than /dev/shm (0.75); weaker (0.5), with no failure named, Ray's
     start-up warning that /dev/shm holds under 1 GB (`/dev/shm has only 67108864 bytes
-    available`): a container left at Docker's default. Without any of these, NCCL's bare `unhandled system
+    available`) or df's line for it (`shm 64M 0 64M 0% /dev/shm`): a container left at
+    Docker's default (0.6 beside NCCL's bare `unhandled system error`). Without any of these, NCCL's bare `unhandled system
     error` on one host (nothing names the failing call) ranks /dev/shm low (0.35), as the
     usual one of the candidates.
 
@@ -123,11 +124,22 @@ def shm_exhausted(evidence: EvidenceSet) -> Iterator[Finding]:
             found.append((0.6, "torch could not map a shared-memory tensor file", files, _FIX))
     if ray := view.of("shm.ray_request"):
         found.append((0.75, "Ray's object store asked /dev/shm for more than it holds", ray, _FIX))
-    small = [(e, s) for e, s in view.of("shm.ray_small") if s.fields.get("bytes", 0) < _SMALL]
+    small = [
+        (e, s)
+        for e, s in view.of("shm.ray_small", "shm.df_size")
+        if s.fields.get("bytes", _SMALL) < _SMALL
+    ]
     if small and not found:
         size = small[0][1].fields["bytes"] >> 20
-        what = f"/dev/shm holds only {size} MB here (Ray measured it)"
-        found.append((0.5, what, small, _FIX))
+        who = "Ray measured it" if small[0][1].signature == "shm.ray_small" else "df shows it"
+        what = f"/dev/shm holds only {size} MB here ({who})"
+        # NCCL's bare system error beside it: its shared-memory segments are the likely call
+        if errors := view.unnamed("system"):
+            found.append(
+                (0.6, f"NCCL failed with a system error, and {what}", errors + small, _FIX)
+            )
+        else:
+            found.append((0.5, what, small, _FIX))
     if sigbus and not found:
         found.append(
             (0.5, "a rank was killed by SIGBUS (an mmap of /dev/shm past its size)", sigbus, _FIX)
