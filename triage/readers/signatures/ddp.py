@@ -55,6 +55,16 @@ signature(
     summary="DDP saw a parameter's gradient hook fire twice (reentrant checkpointing, shared parameters)",
 )
 
+# DeepSpeed ZeRO 1/2's own reducer meeting the same: `The parameter 447 has already been
+# reduced. Gradient computed twice for this partition. Multiple gradient reduction is
+# currently not supported` (the newer wording names the parameter).
+signature(
+    "zero.reduced_twice",
+    r"The parameter (?P<parameter>\S+) has already been reduced\.\s+Gradient computed twice",
+    anchors="has already been reduced",
+    summary="DeepSpeed ZeRO saw a parameter's gradient computed twice in one step",
+)
+
 # torch.utils.checkpoint's reentrant variant warns when no input of a checkpointed block
 # requires grad (frozen embeddings under LoRA): the block's parameters get no gradient from
 # it, or, re-run in backward, fire DDP's hooks out of turn.

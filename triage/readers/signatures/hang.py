@@ -439,6 +439,7 @@ MISMATCH_CHECKERS = {
                               " tensor name"),
     "hang.wrapper_mismatch": ("TORCH_DISTRIBUTED_DEBUG=DETAIL's check", "every rank's"
                               " collective at one step"),
+    "zero.lists_disagree": ("DeepSpeed ZeRO's check", "the ranks' parameter lists"),
 }  # fmt: skip
 
 signature(
@@ -473,6 +474,17 @@ signature(
         "what": "operations" if found["what"] else "tensor shapes",
         "detail": found.group(0),
     },
+)
+
+# DeepSpeed ZeRO compares the ranks' parameter lists before its collectives: `Detected a
+# disagreement on list length between rank0 and rank3: \n rank0: 112 \n rank3: 110` (a model
+# built differently on some ranks, parameters created under a rank condition).
+signature(
+    "zero.lists_disagree",
+    r"Detected a disagreement on list (?:length|contents) between rank\d+ and rank\d+",
+    anchors="Detected a disagreement on list",
+    summary="DeepSpeed ZeRO found the ranks' parameter lists different",
+    extract=lambda found: {"what": "parameter lists", "detail": found.group(0)},
 )
 
 # transformers' and accelerate's main_process_first(): every other rank waits in a barrier

@@ -83,6 +83,19 @@ signature(
     summary="torch.multiprocessing.spawn: a worker process was killed by a signal",
 )
 
+
+def _child_exit(found: re.Match[str]) -> dict[str, Any]:
+    code = found["exitcode"] or found["status"] or found["code"] or found["mpirun"]
+    out: dict[str, Any] = {"report": True} if found["report"] else {}
+    if code is not None:
+        out["exitcode"] = int(code)
+        if int(code) < 0:
+            out["signal"] = signal_name(-int(code))
+    if found["signal"]:
+        out["signal"] = found["signal"]
+    return out
+
+
 # A launcher's word that a worker exited with an error, without the worker's reason:
 # mp.spawn's `process 1 terminated with exit code 1`, subprocess's `Command '['/usr/bin/python',
 # 'train.py', '--local_rank=1']' returned non-zero exit status 1` (torch.distributed.launch,
@@ -94,7 +107,7 @@ signature(
     r"process (?P<spawn_index>\d+) terminated with exit code (?P<exitcode>\d+)"
     r"|Command '\['[^']*python[\w.]*'[^\]]*\]' (?:returned non-zero exit status (?P<status>\d+)"
     r"|died with <Signals\.(?P<signal>SIG[A-Z]+): \d+>)"
-    r"|exits with return code = (?P<code>\d+)|mpirun failed with exit code (?P<mpirun>\d+)"
+    r"|exits with return code = (?P<code>-?\d+)|mpirun failed with exit code (?P<mpirun>\d+)"
     r"|(?P<report>ChildFailedError)",
     anchors=(
         "terminated with exit code",
@@ -105,15 +118,7 @@ signature(
         "ChildFailedError",
     ),
     summary="a launcher reports a worker that exited with an error or a signal",
-    extract=lambda found: {
-        key: int(value) if key == "exitcode" else value
-        for key, value in (
-            ("exitcode", found["exitcode"] or found["status"] or found["code"] or found["mpirun"]),
-            ("signal", found["signal"]),
-            ("report", found["report"]),
-        )
-        if value is not None
-    },
+    extract=_child_exit,
 )
 
 # The launcher stopping the remaining workers after one of them exited: torchrun's agent
@@ -126,6 +131,45 @@ signature(
     r"|(?:sigkill_handler\] |^)Killing subprocess (?P<subprocess>\d+)",
     anchors=("closing signal SIG", "Killing subprocess"),
     summary="the launcher stops the remaining workers after one exited",
+)
+
+# The script's local rank against the launcher's: DeepSpeed's `Mismatch in local rank setting,
+# args.local_rank=0 but env['LOCAL_RANK']=3` and `LOCAL_RANK (1) != OMPI_COMM_WORLD_LOCAL_RANK
+# (0)` (a --local_rank argument that the launcher did not pass, or mpirun's rank under
+# another launcher's variables).
+signature(
+    "launcher.local_rank_disagrees",
+    r"Mismatch in local rank setting, args\.local_rank=(?P<arg>-?\d+) but env\['LOCAL_RANK'\]="
+    r"(?P<env>\d+)|LOCAL_RANK \((?P<env2>\d+)\) != OMPI_COMM_WORLD_LOCAL_RANK \((?P<mpi>\d+)\)",
+    anchors=("Mismatch in local rank setting", "!= OMPI_COMM_WORLD_LOCAL_RANK"),
+    summary="the script's local rank disagrees with the launcher's",
+)
+
+# A multi-node launcher that reaches the other hosts over ssh and could not: pdsh's `ssh exited
+# with exit code 255` (ssh's own failure; other codes are the remote command's), DeepSpeed's
+# `host=node-02 was not reachable via ssh` and `launcher 'pdsh' not installed`, horovodrun's
+# `ssh not successful for host node-02`.
+signature(
+    "launcher.ssh_failed",
+    r"pdsh@[\w.-]+: (?P<host>[\w.-]+): ssh exited with exit code 255"
+    r"|host=(?P<host2>[\w.-]+) was not reachable via ssh"
+    r"|ssh not successful for host (?P<host3>[\w.-]+)"
+    r"|launcher '(?P<tool>pdsh|mpirun|mpiexec|srun)' not installed",
+    anchors=(
+        "ssh exited with exit code 255",
+        "was not reachable via ssh",
+        "ssh not successful for host",
+        "' not installed",
+    ),
+    summary="the launcher could not start the job on another host over ssh",
+    extract=lambda found: {
+        key: value
+        for key, value in (
+            ("host", found["host"] or found["host2"] or found["host3"]),
+            ("tool", found["tool"]),
+        )
+        if value
+    },
 )
 
 # --- the scheduler's and MPI's own refusals of a launch ---------------------------------

@@ -122,10 +122,14 @@ signature(
     r"\b(?:environment variable )?[`'\"]?(?P<variable>"
     + "|".join(LAUNCHER_VARIABLES)
     + r")\b[`'\"]?(?: env(?:ironment variable)?)? (?:is not|isn't|was not|not) (?:set|defined|"
-    r"found|in the environment)",
+    r"found|in the environment)"
+    # DeepSpeed: `DeepSpeed requires the LOCAL_RANK environment variable, it is set by the
+    # deepspeed launcher`
+    r"|requires the (?P<required>" + "|".join(LAUNCHER_VARIABLES) + r") environment variable",
     # accelerate: "but `MASTER_ADDR` env was not set"
     anchors=tuple(f"{name}{end}" for name in LAUNCHER_VARIABLES for end in (" ", "`", "'", '"')),
     summary="a library names a launcher variable that is not in the process's environment",
+    extract=lambda found: {"variable": found["variable"] or found["required"]},
 )
 
 signature(
@@ -396,8 +400,20 @@ signature(
 signature(
     "setup.world_not_divisible",
     r"(?i)\bworld[ _]?size\b[^\n]{0,60}?\b(?:is not|isn't|must be|should be|not)\s+(?:evenly\s+)?"
-    r"(?:divisible by|equal to)\s*(?P<by>[^\n]{0,120})",
-    anchors=("divisible by", "is not equal to"),
+    r"(?:divisible by|equal to)\s*(?P<by>[^\n]{0,120})"
+    # DeepSpeed's pipeline and expert layouts, and its elastic GPU counts: `num_stages (3) must
+    # divide distributed world size (8)`, `Invalid ep_size=16 for world_size=8`, `World size
+    # (12) is not valid with the current list of valid GPU counts`
+    r"|\b(?P<part>\w+) \(\d+\) must divide distributed world size"
+    r"|Invalid (?P<size>\w+_size)=\d+ for world_size=\d+"
+    r"|World size \(\d+\) is not valid with the current list of valid GPU counts",
+    anchors=(
+        "divisible by",
+        "is not equal to",
+        "must divide distributed world size",
+        "for world_size=",
+        "is not valid with the current list of valid GPU counts",
+    ),
     summary="the world size does not factor into the requested parallel dimensions",
 )
 
@@ -438,37 +454,6 @@ signature(
     r" from checkpoint, the shape in current model is torch\.Size\(\[(?P<now>[\d, ]*)\]\)",
     anchors="from checkpoint, the shape in current model is",
     summary="a checkpoint's tensor has another shape than the model's (load_state_dict)",
-)
-
-signature(
-    "setup.checkpoint_parallel_size",
-    r"(?i)\b(?P<dim>(?:tensor|pipeline|data|expert|context|sequence)[ _](?:model[ _])?parallel"
-    r"[ _](?:size|degree|world[ _]size))\b[^\n]{0,80}?\bcheckpoint\b[^\n]{0,40}?"
-    r"(?:\((?P<saved>\d+)\))?[^\n]{0,40}?(?:is not equal|does not match|doesn't match|"
-    r"mismatch|!=)[^\n]{0,60}?(?:\((?P<now>\d+)\))?",
-    anchors=("parallel_size", "parallel size", "parallel_degree", "parallel degree"),
-    summary="a checkpoint saved at one parallel size is loaded at another",
-)
-
-# `Checkpoint was saved with tensor_model_parallel_size=2 but is being loaded with
-# tensor_model_parallel_size=4`: the size it was saved with, then the size it is loaded at.
-signature(
-    "setup.checkpoint_saved_with",
-    r"(?i)\b(?:saved|trained|sharded|created) (?:with|at|for) (?P<dim>\w*parallel\w*)"
-    r"(?:=| of | )(?P<saved>\d+)\b[^\n]{0,60}?\b(?:load\w*|restor\w*|resum\w*|run\w*)"
-    r" (?:with|at|for) (?:\w*parallel\w*(?:=| of | ))?(?P<now>\d+)\b",
-    anchors=("parallel",),
-    summary="a checkpoint saved at one parallel size is loaded at another",
-)
-
-# Meta's llama loaders: one process per model-parallel shard of the checkpoint.
-signature(
-    "setup.checkpoint_mp_world",
-    r"[Cc]heckpoint for MP=(?P<saved>\d+) but world size is (?P<now>\d+)",
-    anchors=("checkpoint for MP=", "Checkpoint for MP="),
-    summary="a checkpoint sharded for one model-parallel size is loaded by another number of"
-    " processes",
-    extract=lambda m: {"dim": "model-parallel size"},
 )
 
 # Two layers of a launch counting the world differently say so in one line: DeepSpeed's

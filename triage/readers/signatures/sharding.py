@@ -129,3 +129,41 @@ signature(
     anchors="does not match num_processes",
     summary="accelerate's parallelism sizes do not multiply to the number of processes",
 )
+
+
+signature(
+    "setup.checkpoint_parallel_size",
+    r"(?i)\b(?P<dim>(?:tensor|pipeline|data|expert|context|sequence)[ _](?:model[ _])?parallel"
+    r"[ _](?:size|degree|world[ _]size))\b[^\n]{0,80}?\bcheckpoint\b[^\n]{0,40}?"
+    r"(?:\((?P<saved>\d+)\))?[^\n]{0,40}?(?:is not equal|does not match|doesn't match|"
+    r"mismatch|!=)[^\n]{0,60}?(?:\((?P<now>\d+)\))?",
+    anchors=("parallel_size", "parallel size", "parallel_degree", "parallel degree"),
+    summary="a checkpoint saved at one parallel size is loaded at another",
+)
+
+# `Checkpoint was saved with tensor_model_parallel_size=2 but is being loaded with
+# tensor_model_parallel_size=4`: the size it was saved with, then the size it is loaded at.
+signature(
+    "setup.checkpoint_saved_with",
+    r"(?i)\b(?:saved|trained|sharded|created) (?:with|at|for) (?P<dim>\w*parallel\w*)"
+    r"(?:=| of | )(?P<saved>\d+)\b[^\n]{0,60}?\b(?:load\w*|restor\w*|resum\w*|run\w*)"
+    r" (?:with|at|for) (?:\w*parallel\w*(?:=| of | ))?(?P<now>\d+)\b",
+    anchors=("parallel",),
+    summary="a checkpoint saved at one parallel size is loaded at another",
+)
+
+# Meta's llama loaders: one process per model-parallel shard of the checkpoint.
+signature(
+    "setup.checkpoint_mp_world",
+    r"[Cc]heckpoint for MP=(?P<saved>\d+) but world size is (?P<now>\d+)"
+    # DeepSpeed's inference loader: `checkpoint count 4 is different from saved mp_world_size 8`
+    r"|checkpoint count (?P<now_count>\d+) is different from saved mp_world_size (?P<saved_mp>\d+)",
+    anchors=("checkpoint for MP=", "Checkpoint for MP=", "is different from saved mp_world_size"),
+    summary="a checkpoint sharded for one model-parallel size is loaded by another number of"
+    " processes",
+    extract=lambda m: {
+        "dim": "model-parallel size",
+        "saved": m["saved"] or m["saved_mp"],
+        "now": m["now"] or m["now_count"],
+    },
+)

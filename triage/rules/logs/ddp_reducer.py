@@ -44,8 +44,10 @@ def ddp_reducer(evidence: EvidenceSet) -> Iterator[Finding]:
     `Expected to mark a variable ready only once` with its `Parameter at index N [with name
     X] has been marked as ready twice` line; the static-graph error `Your training graph has
     changed in this iteration, e.g., one parameter is unused in first iteration, but then got
-    used in the second iteration. this is not compatible with static_graph set to True`. A
-    traceback in which backward runs inside backward (autograd's engine entered twice, a
+    used in the second iteration. this is not compatible with static_graph set to True`;
+    DeepSpeed ZeRO 1/2's own reducer meeting a gradient computed twice (`The parameter 447
+    has already been reduced. Gradient computed twice for this partition`). A traceback in
+    which backward runs inside backward (autograd's engine entered twice, a
     `backward` frame of a checkpoint module) marks reentrant activation checkpointing.
 
     Why it happens:
@@ -75,7 +77,7 @@ def ddp_reducer(evidence: EvidenceSet) -> Iterator[Finding]:
     torch.utils.checkpoint); huggingface/trl#912 (use_reentrant=False for PEFT + DDP);
     pytorch/pytorch#65537.
     """
-    twice = signals(evidence, "ddp.marked_ready_twice")
+    twice = signals(evidence, "ddp.marked_ready_twice", "zero.reduced_twice")
     changed = signals(evidence, "ddp.graph_changed")
     if not (twice or changed):
         return
@@ -84,14 +86,18 @@ def ddp_reducer(evidence: EvidenceSet) -> Iterator[Finding]:
     reentrant = [(e, t) for e, t in view.tracebacks if _reentry(t)]
     ranks = ranks_of(s for _, s in twice + changed)
     who = f" ({rank_label(ranks)})" if ranks else ""
+    reducer = "DDP" if any(s.signature == "ddp.marked_ready_twice" for _, s in twice) else "ZeRO"
     if twice and reentrant:
-        what = "DDP marked a parameter ready twice: reentrant backward (activation checkpointing)"
+        what = (
+            f"{reducer} marked a parameter ready twice: reentrant backward (activation"
+            " checkpointing)"
+        )
         detail = _named(twice) + (
             f" The traceback re-enters autograd inside backward ({_reentry(reentrant[0][1])})."
         )
         confidence, fix, items = 0.92, FIX_REENTRANT, twice
     elif twice:
-        what = "DDP marked a parameter ready twice in one backward"
+        what = f"{reducer} marked a parameter ready twice in one backward"
         detail = _named(twice)
         confidence, fix, items = 0.85, _FIX_TWICE, twice
     else:

@@ -263,8 +263,9 @@ _LIGHTNING = (
 
 
 def _scheduler_launch(evidence: EvidenceSet) -> Iterator[Finding]:
-    """Slurm or MPI refusing the launch line itself: it asks for more than the allocation
-    or the hosts hold, or for what another step of the job already holds."""
+    """Slurm, MPI or a launcher's ssh refusing the launch line itself: it asks for more than
+    the allocation or the hosts hold, for what another step of the job already holds, or for
+    hosts the launching host cannot reach."""
     found = [
         (confidence, title, items, fix)
         for name, confidence, title, fix in _SCHEDULER
@@ -294,7 +295,7 @@ def _still_refused(evidence: EvidenceSet, name: str) -> list[Signal]:
     ]
 
 
-_SCHEDULER_TEXT = re.compile(r"srun|sbatch|mpirun|SLURM|nodes are available")
+_SCHEDULER_TEXT = re.compile(r"srun|sbatch|mpirun|SLURM|nodes are available|ssh|pdsh")
 
 _SCHEDULER = (
     (
@@ -321,6 +322,24 @@ _SCHEDULER = (
         " a pod's nvidia.com/gpu limit) at most a node's count (`sinfo -o '%N %G'`, `kubectl"
         " describe nodes`), memory and CPUs within a node's, and a partition or node selector"
         " whose nodes have GPUs; more GPUs come from more nodes, not more per node.",
+    ),
+    (
+        "launcher.local_rank_disagrees",
+        0.8,
+        "the script's local rank disagrees with the launcher's",
+        "Take the local rank from one place: read LOCAL_RANK from the environment the launcher"
+        " sets (and drop a --local_rank default the script passes itself), or launch with the"
+        " launcher whose variables the script reads (deepspeed, torchrun or mpirun, not one"
+        " inside another).",
+    ),
+    (
+        "launcher.ssh_failed",
+        0.6,
+        "the launcher could not start the job on another host over ssh",
+        "Give the launching host passwordless ssh to every host in the hostfile (`ssh node-02"
+        " true` must work from it without a prompt, on the port the hostfile's launcher uses),"
+        " with the launcher tool (pdsh, mpirun) installed on every host; or start one launcher"
+        " per node (torchrun, or DeepSpeed's --no_ssh with --node_rank).",
     ),
     (
         "mpi.not_enough_slots",

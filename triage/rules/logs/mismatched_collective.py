@@ -130,7 +130,7 @@ def _checked_calls(evidence: EvidenceSet) -> Iterator[Finding]:
     collectives at one step (another op, root, scale factor or device)."""
     found = [
         item
-        for item in signals(evidence, "hang.horovod_mismatch", "hang.wrapper_mismatch")
+        for item in signals(evidence, *MISMATCH_CHECKERS)
         if item[1].fields.get("what") not in SIZE_MISMATCHES
     ]
     if not found:

@@ -264,7 +264,7 @@ def _checked(evidence: EvidenceSet) -> Iterator[Finding]:
     collective and found different shapes or dtypes."""
     found = [
         item
-        for item in signals(evidence, "hang.horovod_mismatch", "hang.wrapper_mismatch")
+        for item in signals(evidence, *MISMATCH_CHECKERS)
         if item[1].fields.get("what") in SIZE_MISMATCHES
     ]
     if not found:
