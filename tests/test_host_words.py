@@ -2,7 +2,7 @@
 (tests/fixtures/host_words.json, each with the issue it was posted in): the driver that could
 not bring a GPU up or lost it, its version against the user-space driver's, an NVLink error the
 driver calls fatal, an InfiniBand port that is not up or an adapter whose firmware stopped, the
-locked-memory limit and /dev/shm's size."""
+locked-memory limit and /dev/shm's size; ROCm's memory fault and AMD's GPU reset."""
 
 from __future__ import annotations
 
@@ -31,6 +31,8 @@ PASTES = json.loads((REPO / "tests" / "fixtures" / "host_words.json").read_text(
         ("ibdev2netdev", "comm.infiniband", 0.4),
         ("health", "comm.infiniband", 0.4),
         ("ulimit", "comm.infiniband", 0.35),
+        ("rocm_fault", "hang.rank_exited", 0.2),
+        ("amdgpu_reset", "hang.rank_exited", 0.45),
     ],
 )
 def test_the_hosts_words_name_their_cause(
@@ -75,3 +77,14 @@ def test_a_small_dev_shm_beside_nccls_bare_system_error_makes_it_the_likely_call
     (tmp_path / "large").mkdir()
     causes = [h.cause_id for h in analyze_files(tmp_path / "large", {"r.log": large}).hypotheses]
     assert causes[0] != "comm.shm_exhausted"
+
+
+def test_rocms_torch_without_a_gpu_reads_as_cudas(tmp_path: Path) -> None:
+    """torch's ROCm build says HIP where the CUDA build says CUDA."""
+    causes = []
+    for vendor in ("CUDA", "HIP"):
+        (tmp_path / vendor).mkdir()
+        text = f"RuntimeError: No {vendor} GPUs are available\n"
+        top = analyze_files(tmp_path / vendor, {"rank0.log": text}).hypotheses[0]
+        causes.append((top.cause_id, top.confidence))
+    assert causes[0] == causes[1] == ("config.device_assignment", 0.6)

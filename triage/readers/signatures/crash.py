@@ -68,7 +68,11 @@ signature(
     r"(?P<how>an illegal memory access was encountered|device-side assert(?:ion)? triggered|"
     r"misaligned address|unspecified launch failure|an illegal instruction was encountered|"
     r"(?P<source>\w+\.cu):\d+: (?P<kernel>[^:\n]+): [^\n]*Assertion `(?P<check>[^\n`]*)`"
-    r" failed)",
+    r" failed"
+    # ROCm's: `Memory access fault by GPU node-4 (Agent handle: 0x...) on address 0x....
+    # Reason: Page not present`, HSA's `HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION`
+    r"|Memory access fault by GPU node-\d+|HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION"
+    r"|HSA_STATUS_ERROR_EXCEPTION)",
     anchors=(
         "illegal memory access",
         "device-side assert",
@@ -76,6 +80,9 @@ signature(
         "unspecified launch failure",
         "illegal instruction was encountered",
         "Assertion `",
+        "Memory access fault by GPU node-",
+        "HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION",
+        "HSA_STATUS_ERROR_EXCEPTION",
     ),
     summary="a CUDA kernel faulted (an out-of-bounds index, a bad pointer): its process is lost",
     extract=_fields,

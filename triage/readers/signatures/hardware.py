@@ -34,7 +34,10 @@ signature(
     # the driver could not bring the GPU up, or its firmware stopped answering
     r"NVRM: GPU (?P<init_bus>[0-9A-Fa-f:.]+): RmInitAdapter failed|RmInitAdapter failed!"
     r"|rm_init_adapter failed|_kgspIsHeartbeatTimedOut: Heartbeat timed out"
-    r"|nvidia (?P<aer_bus>[0-9A-Fa-f:.]+): AER: can't recover|"
+    r"|nvidia (?P<aer_bus>[0-9A-Fa-f:.]+): AER: can't recover"
+    # AMD's driver resetting a hung GPU (every process on it is lost): `amdgpu: GPU reset
+    # begin!`, `amdgpu 0000:c1:00.0: amdgpu: GPU reset(2) failed`
+    r"|amdgpu: GPU reset (?:begin!|\(\d+\) failed)|"
     r"NVRM: Xid \(PCI:(?P<xid_bus>[0-9A-Fa-f:.]+)\): (?P<xid>\d+)\b(?P<fatal>.*\bFatal\b)?",
     anchors=(
         "Unable to determine the device handle for GPU",
@@ -46,6 +49,7 @@ signature(
         "rm_init_adapter failed",
         "Heartbeat timed out",
         "AER: can't recover",
+        "amdgpu: GPU reset",
         "NVRM: Xid",
     ),
     summary="a GPU stopped answering (fell off the bus, uncorrectable ECC, NVLink or firmware"

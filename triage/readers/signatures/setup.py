@@ -225,8 +225,12 @@ signature(
 # torch's lazy CUDA init when the process sees no device, and CUDA's cudaErrorNoDevice.
 signature(
     "setup.no_gpu_visible",
-    r"No CUDA GPUs are available|no CUDA-capable device is detected",
-    anchors=("No CUDA GPUs are available", "no CUDA-capable device is detected"),
+    r"No (?:CUDA|HIP) GPUs are available|no CUDA-capable device is detected",
+    anchors=(
+        "No CUDA GPUs are available",
+        "No HIP GPUs are available",
+        "no CUDA-capable device is detected",
+    ),
     summary="the process sees no GPU (CUDA_VISIBLE_DEVICES empty or wrong, a container without GPUs)",
 )
 
