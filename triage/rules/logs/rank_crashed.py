@@ -98,9 +98,7 @@ def rank_crashed(evidence: EvidenceSet) -> Iterator[Finding]:
         + [
             item
             for item in signals(evidence, *_EXITS)
-            if item[1].fields.get("exitcode") not in _TEARDOWN_CODES
-            and item[1].fields.get("signal") not in _teardown_signals(item[1])
-            and not (raised and _echoes_an_exception(item[1]))
+            if not _teardown(item[1]) and not (raised and _echoes_an_exception(item[1]))
         ]
     )
     if not found:
@@ -186,11 +184,18 @@ def _node_lost(line: LogSignal, found: list[Signal]) -> Finding:
     )
 
 
-def _teardown_signals(exit_line: LogSignal) -> tuple[str, ...]:
-    """Signals that say nothing of a worker's own failure: SIGKILL is the OOM killer's (the
-    host-OOM rules read it), SIGTERM torchrun's cleanup of the other workers; a launcher's
-    exception reports the first worker that failed, so its SIGTERM came from outside."""
-    return ("SIGKILL",) if exit_line.signature == "launcher.child_exit" else ("SIGTERM", "SIGKILL")
+def _teardown(exit_line: LogSignal) -> bool:
+    """An exit that says nothing of a worker's own failure: SIGKILL is the OOM killer's (the
+    host-OOM rules read it), SIGTERM (-15, 143) torchrun's cleanup of the other workers. A
+    launcher's exception reports the first worker that ended, so its SIGTERM came from
+    outside and counts."""
+    fields = exit_line.fields
+    if exit_line.signature == "launcher.child_exit":
+        return fields.get("signal") == "SIGKILL"
+    return fields.get("exitcode") in _TEARDOWN_CODES or fields.get("signal") in (
+        "SIGTERM",
+        "SIGKILL",
+    )
 
 
 def _echoes_an_exception(exit_line: LogSignal) -> bool:
