@@ -26,7 +26,10 @@ signature(
     r'|could not select device driver "" with capabilities: \[\[gpu\]\]'
     # the NVIDIA container runtime's hook, on a host whose driver is not loaded
     r"|nvidia-container-cli: initialization error: (?:nvml error: )?driver not loaded"
-    r"|deserialize object on a CUDA device but torch\.cuda\.is_available\(\) is False",
+    r"|deserialize object on a CUDA device but torch\.cuda\.is_available\(\) is False"
+    # Kubernetes' NVIDIA device plugin on a node whose driver it cannot load (the node then
+    # offers no nvidia.com/gpu)
+    r"|Failed to (?:initialize|start) (?:NVML|nvml)(?: with error)?:\s+could not load NVML library",
     anchors=(
         "Found no NVIDIA driver on your system",
         "couldn't communicate with the NVIDIA driver",
@@ -34,6 +37,7 @@ signature(
         "with capabilities: [[gpu]]",
         "nvidia-container-cli: initialization error",
         "torch.cuda.is_available() is False",
+        "could not load NVML library",
     ),
     summary="no GPU is usable in this process: no driver loaded, or none passed to the container",
 )

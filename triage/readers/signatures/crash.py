@@ -110,7 +110,7 @@ signature(
     extract=_fields,
 )
 
-# A worker the orchestrator saw die without a Python error of its own: Ray's `Worker exit
+# A worker the orchestrator or its job controller saw die without a Python error of its own: Ray's `Worker exit
 # type: SYSTEM_ERROR` / `UNEXPECTED_SYSTEM_EXIT` (its detail lists the OOM killer, `ray stop`
 # and a native crash as the usual causes) and `The actor died unexpectedly`, the kubelet's
 # `Back-off restarting failed container` (a container that keeps exiting).
@@ -118,11 +118,21 @@ signature(
     "scheduler.worker_died",
     r"Worker exit type: (?P<exit_type>SYSTEM_ERROR|UNEXPECTED_SYSTEM_EXIT)"
     r"|The actor died unexpectedly before finishing this task"
-    r"|Back-off restarting failed container (?P<container>\S+)",
+    r"|Back-off restarting failed container (?P<container>\S+)"
+    # the job controllers above the pods: Kubeflow's `PyTorchJob pt-1 is failed because 1
+    # Worker replica(s) failed.`, a Job's `has reached the specified backoff limit`, JobSet's
+    # `jobset failed due to one or more job failures` / `reaching max number of restarts`
+    r"|\w+Job \S+ is (?:failed|restarting) because (?P<replicas>\d+) (?P<role>\w+) replica\(s\)"
+    r" failed"
+    r"|has failed because it has reached the specified backoff limit"
+    r"|jobset failed due to (?:one or more job failures|reaching max number of restarts)",
     anchors=(
         "Worker exit type: SYSTEM_ERROR",
         "Worker exit type: UNEXPECTED_SYSTEM_EXIT",
         "The actor died unexpectedly",
+        "replica(s) failed",
+        "reached the specified backoff limit",
+        "jobset failed due to",
         "Back-off restarting failed container",
     ),
     summary="the orchestrator (Ray, Kubernetes) saw a worker die without an error of its own",
@@ -170,7 +180,12 @@ signature(
 signature(
     "scheduler.node_failure",
     r"DUE TO NODE FAILURE|[Nn]ode failure on (?P<host>[\w.-]+)|died because its node has died"
-    r"|marked dead because the detector has missed too many heartbeats"
+    r"|marked dead because the (?:detector|monitor) has missed too many heartbeats"
+    # Ray's raylet gone (`Raylet is terminated: ip=10.9.2.41, ... Termination is unexpected`),
+    # Kubernetes' node (`Node node3 status is now: NodeNotReady`, the taint manager evicting
+    # its pods)
+    r"|Raylet is terminated: ip=(?P<raylet>[\w.:-]+)|status is now: NodeNotReady"
+    r"|TaintManagerEviction\s+Marking for deletion Pod"
     # Open MPI's runtime, when the daemon on another node stops answering
     r"|ORTE has lost communication with a remote daemon",
     anchors=(
@@ -178,6 +193,9 @@ signature(
         "ode failure on ",
         "died because its node has died",
         "missed too many heartbeats",
+        "Raylet is terminated",
+        "status is now: NodeNotReady",
+        "TaintManagerEviction",
         "has lost communication with a remote daemon",
     ),
     summary="the scheduler or Ray lost a node, and every rank on it",
@@ -185,17 +203,38 @@ signature(
 
 signature(
     "scheduler.time_limit",
-    r"CANCELLED AT \S+ DUE TO TIME LIMIT|DUE TO TIME LIMIT",
-    anchors="DUE TO TIME LIMIT",
+    r"CANCELLED AT \S+ DUE TO TIME LIMIT|DUE TO TIME LIMIT"
+    # Kubernetes' and its job controllers' activeDeadlineSeconds
+    r"|was active (?:on the node )?longer than (?:the )?specified deadline"
+    r"|Reason:\s+DeadlineExceeded|has passed the activeDeadlineSeconds"
+    r"|TrainJob exceeded its active deadline",
+    anchors=(
+        "DUE TO TIME LIMIT",
+        "longer than specified deadline",
+        "longer than the specified deadline",
+        "DeadlineExceeded",
+        "passed the activeDeadlineSeconds",
+        "exceeded its active deadline",
+    ),
     summary="the scheduler cancelled the job at its time limit (a hang, or too little time)",
 )
 
 # `*** JOB 123 ON node-03 CANCELLED AT 2024-05-01T10:00:00 ***` without a reason: scancel,
-# by the user or an administrator (the time limit and a node failure give theirs).
+# by the user or an administrator (the time limit and a node failure give theirs); a
+# preemption (Slurm's, Kueue's, SkyPilot's, a spot instance reclaimed).
 signature(
     "scheduler.cancelled",
     r"\*\*\* (?:JOB|STEP) (?P<job>[\w.]+) ON (?P<host>[\w.-]+) CANCELLED AT \S+"
-    r"(?: DUE TO PREEMPTION)? \*\*\*",
-    anchors="CANCELLED AT",
+    r"(?P<preempted> DUE TO PREEMPTION)? \*\*\*"
+    # Kueue's and SkyPilot's preemption, a cloud reclaiming a spot instance
+    r"|(?P<preemption>Preempted to accommodate a (?:higher priority )?[Ww]orkload"
+    r"|Cluster is preempted|InstanceTerminating)",
+    anchors=(
+        "CANCELLED AT",
+        "Preempted to accommodate a",
+        "Cluster is preempted",
+        "InstanceTerminating",
+    ),
     summary="the scheduler cancelled the job on request (scancel) or to preempt it",
+    extract=lambda found: {"preempted": bool(found["preempted"] or found["preemption"])},
 )

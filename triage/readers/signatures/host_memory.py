@@ -44,7 +44,9 @@ signature(
     "memory.limit_kill",
     r"exceeded (?:job |step )?memory limit|Exceeded (?:job|step) memory limit|"
     r"killed by the cgroup out-of-memory handler|oom_reaper: reaped process|"
-    r"low on resource: memory|exceeds the memory usage threshold",
+    r"low on resource: memory|exceeds the memory usage threshold|"
+    # the kubelet's node event: `SystemOOM  node/node3  System OOM encountered, victim process`
+    r"System OOM encountered, victim process",
     anchors=(
         "xceeded memory limit",
         "xceeded job memory limit",
@@ -53,6 +55,7 @@ signature(
         "oom_reaper: reaped process",
         "low on resource: memory",
         "memory usage threshold",
+        "System OOM encountered",
     ),
     summary="a scheduler, the kernel or the kubelet killed processes over a memory limit",
 )
@@ -66,7 +69,7 @@ signature(
 
 signature(
     "memory.exit_137",
-    r"\b[Ee]xit(?:ed)?(?: with)?[ _](?:code|status)[:=]? ?137\b|\bExited \(137\)",
+    r"\b(?i:exit(?:ed)?(?: with)?[ _](?:code|status))[:=]?\s*137\b|\bExited \(137\)",
     anchors=(
         "code 137",
         "code: 137",
@@ -75,6 +78,8 @@ signature(
         "status: 137",
         "status=137",
         "Exited (137)",
+        # kubectl describe pod pads its columns: `Exit Code:    137`
+        "Exit Code:",
     ),
     summary="a process exited with 137 (128 + SIGKILL): usually a memory limit",
 )
@@ -119,8 +124,14 @@ signature(
 
 signature(
     "memory.ray_oom",
-    r"ray\.exceptions\.OutOfMemoryError|killed due to the node running low on memory",
-    anchors=("ray.exceptions.OutOfMemoryError", "running low on memory"),
+    r"ray\.exceptions\.OutOfMemoryError|killed due to the node running low on memory"
+    # the raylet's own count: `2 Workers (tasks / actors) killed due to memory pressure (OOM)`
+    r"|Workers \(tasks / actors\) killed due to memory pressure",
+    anchors=(
+        "ray.exceptions.OutOfMemoryError",
+        "running low on memory",
+        "killed due to memory pressure",
+    ),
     summary="Ray's memory monitor killed a worker: the node's host memory ran low",
 )
 

@@ -209,8 +209,20 @@ signature(
 signature(
     "scheduler.unsatisfiable",
     r"Requested node configuration is not available"
-    r"|(?P<free>\d+)/(?P<nodes>\d+) nodes are available:[^.\n]*?Insufficient (?P<resource>[\w./-]+)",
-    anchors=("Requested node configuration is not available", "nodes are available:"),
+    r"|(?P<free>\d+)/(?P<nodes>\d+) nodes are available:[^.\n]*?Insufficient (?P<resource>[\w./-]+)"
+    # Ray's: a placement group or a task no node can hold (`Placement group creation timed
+    # out. Make sure your cluster either has enough resources`, the autoscaler's `could not
+    # find a node type to satisfy the request`, `is infeasible and cannot currently be
+    # executed`)
+    r"|Placement group creation timed out|could not find a node type to satisfy the request"
+    r"|is infeasible and cannot currently be executed",
+    anchors=(
+        "Requested node configuration is not available",
+        "nodes are available:",
+        "Placement group creation timed out",
+        "could not find a node type to satisfy",
+        "is infeasible and cannot currently be executed",
+    ),
     summary="the scheduler has no node that offers what the job requests",
 )
 

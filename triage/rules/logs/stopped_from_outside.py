@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._signals import ids, signals
+from triage.rules.logs._signals import Signal, ids, signals
 
 
 @rule("logs.stopped_from_outside", "hang.unknown", last_resort=True)
@@ -50,6 +50,10 @@ def stopped_from_outside(evidence: EvidenceSet) -> Iterator[Finding]:
     if not found:
         return
     signal = ""
+    preempted = [item for item in cancelled if item[1].fields.get("preempted")]
+    if preempted and not limit:
+        yield _preempted(preempted)
+        return
     if limit:
         how = "the scheduler cancelled the job at its time limit"
     elif cancelled:
@@ -76,4 +80,23 @@ def stopped_from_outside(evidence: EvidenceSet) -> Iterator[Finding]:
         " it stalls); steady progress up to it means the job needs more time (Slurm's --time)."
         + hangup,
         confirm="the last progress line is long before the stop",
+    )
+
+
+def _preempted(found: list[Signal]) -> Finding:
+    """The scheduler took the job's resources for another (a higher-priority workload, a
+    spot instance the cloud reclaimed): no failure of the job's own."""
+    return Finding(
+        title="the scheduler preempted the job: no failure of its own",
+        summary=f"`{found[0][1].text[:160]}`: the job's resources were taken for another"
+        " workload (a higher priority, or a spot instance the cloud reclaimed); its ranks were"
+        " stopped from outside, not by an error.",
+        ranks=[],
+        confidence=0.1,
+        evidence=ids(found[:2]),
+        fix="Resume from the last checkpoint (checkpoint often enough to lose little), or run on"
+        " capacity that is not preempted: a higher priority class or queue, on-demand instead"
+        " of spot nodes.",
+        confirm="the scheduler's record of the job (`sacct -j`, the Workload's conditions, the"
+        " cloud's instance events) shows a preemption",
     )
