@@ -29,7 +29,9 @@ signature(
     r"|deserialize object on a CUDA device but torch\.cuda\.is_available\(\) is False"
     # Kubernetes' NVIDIA device plugin on a node whose driver it cannot load (the node then
     # offers no nvidia.com/gpu)
-    r"|Failed to (?:initialize|start) (?:NVML|nvml)(?: with error)?:\s+could not load NVML library",
+    r"|Failed to (?:initialize|start) (?:NVML|nvml)(?: with error)?:\s+could not load NVML library"
+    # NCCL in a container the driver's libcuda was not mounted into
+    r"|Failed to find CUDA library libcuda\.so",
     anchors=(
         "Found no NVIDIA driver on your system",
         "couldn't communicate with the NVIDIA driver",
@@ -38,6 +40,7 @@ signature(
         "nvidia-container-cli: initialization error",
         "torch.cuda.is_available() is False",
         "could not load NVML library",
+        "Failed to find CUDA library libcuda.so",
     ),
     summary="no GPU is usable in this process: no driver loaded, or none passed to the container",
 )

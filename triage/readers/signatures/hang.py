@@ -433,13 +433,16 @@ signature(
 #: What Horovod (or torch's DETAIL check) compares that makes it a size mismatch; the rest
 #: (the op, its root, its scale factors, its device) is the ranks calling different collectives.
 SIZE_MISMATCHES = frozenset({"tensor shapes", "data types"})
-#: Who compared the ranks' collectives, by signature: (the checker, what it compared).
+#: Who compared the ranks' collectives, by signature: (the checker, what it compared, how
+#: sure its words are: NCCL's only says a wait "may be caused by" a mismatch).
 MISMATCH_CHECKERS = {
     "hang.horovod_mismatch": ("Horovod's coordinator", "what every rank submitted under one"
-                              " tensor name"),
+                              " tensor name", 0.7),
     "hang.wrapper_mismatch": ("TORCH_DISTRIBUTED_DEBUG=DETAIL's check", "every rank's"
-                              " collective at one step"),
-    "zero.lists_disagree": ("DeepSpeed ZeRO's check", "the ranks' parameter lists"),
+                              " collective at one step", 0.7),
+    "zero.lists_disagree": ("DeepSpeed ZeRO's check", "the ranks' parameter lists", 0.7),
+    "nccl.collective_mismatch_hint": ("NCCL's own check (2.4-2.7)", "the ranks' collective"
+                                      " calls", 0.5),
 }  # fmt: skip
 
 signature(
@@ -485,6 +488,16 @@ signature(
     anchors="Detected a disagreement on list",
     summary="DeepSpeed ZeRO found the ranks' parameter lists different",
     extract=lambda found: {"what": "parameter lists", "detail": found.group(0)},
+)
+
+# NCCL 2.4-2.7 (init.cc) saying a wait looks like ranks in different collectives: `Your
+# program may be hanging, this may be caused by a collective mismatch around rank 3`.
+signature(
+    "nccl.collective_mismatch_hint",
+    r"Your program may be hanging, this may be caused by a collective mismatch around rank \d+",
+    anchors="may be caused by a collective mismatch",
+    summary="NCCL suspects the ranks called different collectives",
+    extract=lambda found: {"what": "calls", "detail": found.group(0)},
 )
 
 # transformers' and accelerate's main_process_first(): every other rank waits in a barrier

@@ -249,8 +249,9 @@ signature(
 # argument, 5 invalid usage, 6 remote error). The innermost file says where it failed.
 signature(
     "nccl.error_trace",
-    r"NCCL INFO (?P<file>[\w/.]+\.cc):(?P<line>\d+) -> (?P<code>[1-6])\b",
-    anchors=".cc:",
+    # older NCCL traces through its headers and .cu files too (`include/shm.h:41 -> 2`)
+    r"NCCL INFO (?P<file>[\w/.]+\.(?:cc|h|cu)):(?P<line>\d+) -> (?P<code>[1-6])\b",
+    anchors=(".cc:", ".h:", ".cu:"),
     summary="NCCL traces a failed call back through its source (file:line -> result code)",
     extract=lambda found: {"file": found["file"], "code": int(found["code"])},
 )
@@ -286,7 +287,7 @@ signature(
 
 signature(
     "nccl.socket_closed",
-    r"Connection closed by remote peer (?P<peer>[^\s<]+)(?:<(?P<port>\d+)>)?",
+    r"Connection closed by remote peer(?: (?P<peer>[^\s<]+)(?:<(?P<port>\d+)>)?)?",
     anchors="Connection closed by remote peer",
     summary="the process on the other end of an NCCL socket closed it (it exited or aborted)",
     peer_symptom=True,

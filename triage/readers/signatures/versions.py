@@ -101,7 +101,8 @@ signature(
 signature(
     "nccl.cuda_arch_missing",
     r"(?:NCCL WARN |^\s*)Cuda failure (?:\d+ )?'(?P<reason>named symbol not found"
-    r"|no kernel image is available for execution on the device|device kernel image is invalid)",
+    r"|no kernel image is available for execution on the device|device kernel image is invalid"
+    r"|invalid device function)",
     anchors=("NCCL WARN Cuda failure", "Cuda failure"),
     summary="NCCL's kernels were not built for this GPU's architecture (an NCCL or torch "
     "build older than the GPU)",

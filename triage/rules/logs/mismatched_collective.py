@@ -136,14 +136,14 @@ def _checked_calls(evidence: EvidenceSet) -> Iterator[Finding]:
     if not found:
         return
     line = found[0][1]
-    checker, compared = MISMATCH_CHECKERS[line.signature]
+    checker, compared, confidence = MISMATCH_CHECKERS[line.signature]
     yield Finding(
         title=f"the ranks called one collective with different {line.fields['what']}",
         summary=f"{checker} compared {compared} and refused it: `{line.fields['detail'].strip()}`"
         f" ({line.path}:{line.line}). The ranks reached different calls; it does not say which"
         " rank is the odd one.",
         ranks=[],
-        confidence=0.7,
+        confidence=confidence,
         evidence=ids(found[:8]),
         fix="Make every rank issue the same collective with the same arguments at that step: a"
         " rank- or data-dependent branch, or code and configuration that differ between nodes,"

@@ -270,14 +270,14 @@ def _checked(evidence: EvidenceSet) -> Iterator[Finding]:
     if not found:
         return
     line, reporters = found[0][1], ranks_of(s for _, s in found)
-    checker, compared = MISMATCH_CHECKERS[line.signature]
+    checker, compared, confidence = MISMATCH_CHECKERS[line.signature]
     yield Finding(
         title=f"the ranks passed one collective tensors with different {line.fields['what']}",
         summary=f"{checker} compared {compared} and refused it: `{line.fields['detail'].strip()}`"
         f" ({line.path}:{line.line}). It does not say which rank is the odd one.",
         ranks=[],
         location=hang_log(evidence).location(reporters),
-        confidence=0.7,
+        confidence=confidence,
         evidence=ids(found[:8]),
         fix="Give that tensor the same shape and dtype on every rank: a batch or a list whose"
         " size depends on the rank's data (pad it after exchanging sizes, or gather ragged data"

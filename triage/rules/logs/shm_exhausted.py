@@ -16,6 +16,9 @@ _FD_LIMIT = re.compile(r"Too many open files")
 #: A process's own crash report of a bus error: the shell's, a signal handler's (UCX's
 #: `Caught signal 7 (Bus error: ...)`, Open MPI's `Signal: Bus error (7)`), glog's.
 _BUS_ERROR = re.compile(r"Bus error|SIGBUS")
+#: NCCL's shared-memory sources (`include/shm.h`, `misc/shmutils.cc`, `transport/shm.cc`):
+#: a system error traced back to them is a segment in /dev/shm that could not be made.
+_SHM_FILE = re.compile(r"(?:^|/)shm(?:utils)?\.(?:h|cc)$")
 #: /dev/shm below this is too small for NCCL's shared-memory transport between a few GPUs
 #: (Docker's default is 64 MB).
 _SMALL = 1 << 30
@@ -122,6 +125,14 @@ def shm_exhausted(evidence: EvidenceSet) -> Iterator[Finding]:
             )
         else:
             found.append((0.6, "torch could not map a shared-memory tensor file", files, _FIX))
+    traced = [
+        (e, s)
+        for e, s in view.of("nccl.error_trace")
+        if s.fields["code"] == 2 and _SHM_FILE.search(str(s.fields["file"]))
+    ]
+    if traced and not nccl:
+        what = "NCCL's trace of its failed system call ends in its shared-memory code"
+        found.append((0.6, what, traced, _FIX))
     if ray := view.of("shm.ray_request"):
         found.append((0.75, "Ray's object store asked /dev/shm for more than it holds", ray, _FIX))
     small = [
