@@ -11,6 +11,7 @@ TextLoggerHook, detectron2's CommonMetricPrinter, and home-grown loops'
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -487,6 +488,18 @@ def test_a_failure_line_that_names_memory_amid_the_steps_is_still_read(tmp_path:
                  " bytes. Error code 12 (Cannot allocate memory)")  # fmt: skip
     report = run(tmp_path, {"rank0.log": prefixed(0, "\n".join(lines))})
     assert report.hypotheses[0].cause_id == "oom.host"
+
+
+def test_a_nan_loss_on_the_step_lines_the_run_counted_is_still_read(tmp_path: Path) -> None:
+    """torchtitan prints the loss on the same line as the memory: when it turns to NaN, the
+    step lines the run counted and kept are read for it too."""
+    lines = [titan(step, 40.0) for step in range(1, 2_001)]
+    lines[-5:] = [re.sub(r"loss: -?[\d.]+", "loss:      nan", line) for line in lines[-5:]]
+    assert "loss:      nan" in lines[-1]
+    report = run(tmp_path, {"rank0.log": prefixed(0, "\n".join(lines))})
+    assert aggregated(report) == 2_000
+    top = report.hypotheses[0]
+    assert top.cause_id == "wrong.nan" and "step: 1996" in top.summary, top.summary
 
 
 def test_warm_up_then_a_plateau_is_not_a_leak(tmp_path: Path) -> None:

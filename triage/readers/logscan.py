@@ -348,6 +348,9 @@ class _Reader:
         self.fed = 0  # the last line the block parser saw
         self.unterminated = False
         self.error: OSError | None = None
+        #: Lines the fast pass counted into a series without reading them: their other
+        #: signatures (a NaN loss on a step line) are read when the series keeps them.
+        self.counted: set[int] = set()
 
     def read(self, scan: RangeScan) -> None:
         if scan.error or self.error:
@@ -365,6 +368,7 @@ class _Reader:
         for key, part in scan.series.items():
             self.book.add_count(key, part.count)
             for number, raw in dict(part.first + part.last).items():
+                self.counted.add(self.base + number)
                 self.book.add((self.base + number, raw), key, counted=False)
         self.book.close_stretch()
         self.base += scan.newlines
@@ -399,13 +403,19 @@ class _Reader:
 
     def _read_series(self, tally: Tally) -> bool:
         """Read a series' kept lines into signals; a line that holds the series' token but
-        does not parse (cut short) is left out, and a series with no line left with it."""
+        does not parse (cut short) is left out, and a series with no line left with it. A
+        kept line the fast pass only counted is read for its other signatures too (the
+        training log whose step lines turn to `loss: nan`)."""
         sig = signatures.SIGNATURES[tally.signature]
         for number, raw in tally.kept():
             text, origin = self._split(raw)
             fields = sig.match(text)
             if fields is not None:
                 tally.signals.append(_signal((sig, fields, text, number, origin), self.path))
+            if number in self.counted:
+                for other, other_fields in signatures.matches(text):
+                    if other.series is None:
+                        self.bounded.add((other, other_fields, text, number, origin))
         return bool(tally.signals)
 
     def _undress(self, worn: str) -> str:

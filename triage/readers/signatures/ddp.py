@@ -151,6 +151,14 @@ signature(
         "nan detected in",
         "NaNs detected in",
         "nan found in",
+        # Megatron's rerun check of a non-finite grad norm: `found Inf in local grad norm`
+        "found Inf",
+        "found inf",
+        "Found Inf",
+        "detected Inf",
+        "Detected Inf",
+        "Inf detected in",
+        "Inf found in",
     ),
     summary="a check in the training code found NaN/Inf in a tensor (loss, gradients, activations)",
 )

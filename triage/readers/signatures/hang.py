@@ -443,6 +443,12 @@ MISMATCH_CHECKERS = {
     "zero.lists_disagree": ("DeepSpeed ZeRO's check", "the ranks' parameter lists", 0.7),
     "nccl.collective_mismatch_hint": ("NCCL's own check (2.4-2.7)", "the ranks' collective"
                                       " calls", 0.5),
+    "fsdp.forward_order": ("FSDP's check (TORCH_DISTRIBUTED_DEBUG=DETAIL)", "the order the ranks"
+                           " all-gather their parameters in", 0.7),
+    "fsdp.forward_order_changed": ("FSDP's warning", "this iteration's forward order with the"
+                                   " first's", 0.4),
+    "dtensor.ranks_disagree": ("DTensor's (or the pipeline stage's) check", "the ranks' local"
+                               " tensors", 0.65),
 }  # fmt: skip
 
 signature(

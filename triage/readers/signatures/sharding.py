@@ -167,3 +167,100 @@ signature(
         "now": m["now"] or m["now_count"],
     },
 )
+
+
+# --- FSDP, DTensor and pipelining refusing what the ranks hold at run time ------------------
+
+# FSDP's compute device against the rank's: `Inconsistent compute device and `device_id` on
+# rank 0: cuda:1 vs cuda:0`, `Expected `FlatParameter` to be on the compute device cuda:1 but
+# got cuda:0`, torch 2.1's `Expects tensor to be on the compute device cuda:1` (the current
+# device not set to the local rank before wrapping).
+signature(
+    "fsdp.compute_device",
+    r"Inconsistent compute device and `device_id` on rank \d+: cuda:\d+ vs cuda:\d+"
+    r"|to be on the compute device cuda:\d+ but got cuda:\d+"
+    r"|Expects tensor to be on the compute device cuda:\d+\s*$",
+    anchors=("Inconsistent compute device", "to be on the compute device cuda:"),
+    summary="FSDP's compute device differs from the GPU the rank's tensors are on",
+)
+
+# FSDP under TORCH_DISTRIBUTED_DEBUG=DETAIL compares the order the ranks all-gather their
+# parameters in: `Forward order differs across ranks: rank 0 is all-gathering ... while rank 2
+# is all-gathering ...`; without it, it can only warn that an iteration's order differs from
+# the first's (`Collectives are unchecked and may give incorrect results or hang`).
+signature(
+    "fsdp.forward_order",
+    r"Forward order differs across ranks: rank \d+ is all-gathering",
+    anchors="Forward order differs across ranks",
+    summary="FSDP found the ranks all-gathering different parameters at one step",
+    extract=lambda found: {"what": "forward order", "detail": found.group(0)},
+)
+
+signature(
+    "fsdp.forward_order_changed",
+    r"Forward order differs from that of the first iteration on rank \d+",
+    anchors="Forward order differs from that of the first iteration",
+    summary="FSDP warns that a rank's forward order changed since the first iteration",
+    extract=lambda found: {"what": "forward order", "detail": found.group(0)},
+)
+
+# A rank's local shard against the others' when a DTensor is built from local tensors
+# (`DTensor.from_local(run_check=True)`), and a pipeline stage's received tensors against what
+# it expected (the last, smaller microbatch; a sequence length that changed).
+signature(
+    "dtensor.ranks_disagree",
+    r"Inconsistent tensor metadata \(including shape and stride\) across ranks"
+    r"|Non-sharded dimensions should have identical size across ranks"
+    r"|Pipelining(?:Shape|Metadata)Error: Stage \d+ (?:forward|backward) (?:inputs|outputs)"
+    r"[^\n]{0,20}?:? (?:value \d+ has a )?(?:shape|dtype) mismatch",
+    anchors=(
+        "Inconsistent tensor metadata",
+        "should have identical size across ranks",
+        "PipeliningShapeError: Stage",
+        "PipeliningMetadataError: Stage",
+    ),
+    summary="the ranks' (or the pipeline stages') tensors differ in shape where they must match",
+    extract=lambda found: {"what": "tensor shapes", "detail": found.group(0)},
+)
+
+# DTensor refusing an op on what it was given: a plain tensor among DTensors at one of torch's
+# own ops (`aten.mm.default: got mixed torch.Tensor and DTensor`; a custom op's namespace,
+# `npu.npu_fusion_attention`, is an op DTensor has no rule for, not a layout), DTensors on
+# different meshes (`DTensor does not support cross-mesh operation`), a redistribution it
+# cannot make, inputs whose placements no sharding rule of the op takes, placements for a
+# mesh of another rank, a view across a sharded dimension.
+signature(
+    "dtensor.refused",
+    r"(?P<mixed>\baten\.[\w.]+: got mixed torch\.Tensor and DTensor)"
+    r"|(?P<mesh>DTensor does not support cross-mesh operation)"
+    r"|(?P<redistribute>Can not redistribute from \S+ to \S+|redistribute from \S+ to \S+ not"
+    r" supported|Redistribution from one partial type)"
+    r"|(?P<strategy>Sharding propagation failed for Op)"
+    r"|(?P<ndim>`placements` must have the same length as `device_mesh\.ndim`)"
+    r"|(?P<view>Attempted to flatten sharded dimension)",
+    anchors=(
+        "got mixed torch.Tensor and DTensor",
+        "DTensor does not support cross-mesh operation",
+        "Can not redistribute from",
+        "not supported yet",
+        "Redistribution from one partial type",
+        "Sharding propagation failed",
+        "must have the same length as `device_mesh.ndim`",
+        "Attempted to flatten sharded dimension",
+    ),
+    summary="DTensor refused an op on the placements or meshes it was given",
+    extract=lambda found: {
+        "what": next(
+            text
+            for group, text in (
+                ("mixed", "a plain tensor mixed with DTensors"),
+                ("mesh", "DTensors on different device meshes"),
+                ("redistribute", "a redistribution DTensor cannot make"),
+                ("strategy", "inputs whose placements no sharding rule of the op takes"),
+                ("ndim", "placements for a mesh of another rank"),
+                ("view", "a view across a sharded dimension"),
+            )
+            if found[group]
+        )
+    },
+)

@@ -38,6 +38,14 @@ _FIX_MIXED = (
 #: Findings whose wording the signature alone decides: (signature, confidence, what, fix).
 _WORDED = (
     (
+        "fsdp.compute_device",
+        0.7,
+        "FSDP's compute device differs from the GPU the rank's tensors are on",
+        "Set each rank's device before wrapping: torch.cuda.set_device(LOCAL_RANK), then"
+        " FSDP(..., device_id=torch.cuda.current_device()) (or fully_shard on a mesh built after"
+        " it); a model or a checkpoint loaded to cuda:0 on every rank moves there first.",
+    ),
+    (
         "setup.device_index_vs_local_rank",
         0.75,
         "a configured device index differs from the process's local rank",

@@ -138,7 +138,7 @@ def _checked_calls(evidence: EvidenceSet) -> Iterator[Finding]:
     line = found[0][1]
     checker, compared, confidence = MISMATCH_CHECKERS[line.signature]
     yield Finding(
-        title=f"the ranks called one collective with different {line.fields['what']}",
+        title=f"the ranks' collectives differ: {line.fields['what']}",
         summary=f"{checker} compared {compared} and refused it: `{line.fields['detail'].strip()}`"
         f" ({line.path}:{line.line}). The ranks reached different calls; it does not say which"
         " rank is the odd one.",

@@ -56,6 +56,7 @@ def placement(evidence: EvidenceSet) -> Iterator[Finding]:
         if "has" in s.fields or s.fields.get("got") != s.fields.get("want")
     ]
     if not found:
+        yield from _refused(evidence)
         yield from _matmul_shapes(evidence)
         return
     fields = found[0][1].fields
@@ -76,6 +77,30 @@ def placement(evidence: EvidenceSet) -> Iterator[Finding]:
         fix=_FIX,
         confirm="print `t.placements` of the op's inputs and output on one rank: one side "
         "differs from the plan's layout",
+    )
+
+
+def _refused(evidence: EvidenceSet) -> Iterator[Finding]:
+    """DTensor refused an op on what it was given: the plan left a tensor plain, put two
+    tensors on different meshes, or asks for a layout DTensor cannot make there."""
+    found = signals(evidence, "dtensor.refused")
+    if not found:
+        return
+    line = found[0][1]
+    ranks = ranks_of(s for _, s in found)
+    yield Finding(
+        title=f"DTensor refused an op: {line.fields['what']}",
+        summary=f"`{line.text.strip()[:200]}` ({line.path}:{line.line}): the parallel plan gave"
+        f" the op {line.fields['what']}, which DTensor does not run.",
+        ranks=ranks,
+        location=comm_view(evidence).location(ranks),
+        confidence=0.55,
+        evidence=ids(found)[:8],
+        fix=_FIX
+        + " A plain tensor among DTensors needs DTensor.from_local (or distribute_tensor); two"
+        " meshes need one parent mesh (slice the DP, TP and EP meshes from one init_device_mesh),"
+        " or the op run per mesh (clip_grad_norm_ per group of parameters).",
+        confirm="print the type and `.device_mesh`/`.placements` of the op's inputs on one rank",
     )
 
 

@@ -272,7 +272,7 @@ def _checked(evidence: EvidenceSet) -> Iterator[Finding]:
     line, reporters = found[0][1], ranks_of(s for _, s in found)
     checker, compared, confidence = MISMATCH_CHECKERS[line.signature]
     yield Finding(
-        title=f"the ranks passed one collective tensors with different {line.fields['what']}",
+        title=f"the ranks' tensors differ at one collective: {line.fields['what']}",
         summary=f"{checker} compared {compared} and refused it: `{line.fields['detail'].strip()}`"
         f" ({line.path}:{line.line}). It does not say which rank is the odd one.",
         ranks=[],
