@@ -1,6 +1,7 @@
 """The words of the runtimes around the collectives (DeepEP's expert-parallel kernels,
-TransformerEngine's userbuffers, SGLang's launcher), as their sources print them: each
-reads as the family it belongs to, not as nothing."""
+TransformerEngine's userbuffers, SGLang's launcher, vLLM's executor, torchtitan's resume), as
+their sources print them or users pasted them: each reads as the family it belongs to, not as
+nothing."""
 
 from __future__ import annotations
 
@@ -39,6 +40,24 @@ from tests.conftest import analyze_files
             " Triggering SIGQUIT for cleanup...",
             "hang.rank_exited",
         ),
+        # OpenPipe/ART#201: vLLM's executor losing a worker
+        (
+            "ERROR 07-04 17:35:16 [multiproc_executor.py:140] Worker proc VllmWorker-1 died"
+            " unexpectedly, shutting down executor.",
+            "hang.rank_exited",
+        ),
+        # vllm-project/vllm#14452 (vLLM's own spelling)
+        (
+            "CRITICAL 03-15 17:24:18 [multiproc_executor.py:48] MulitprocExecutor got fatal signal"
+            " from worker processes, shutting down. See stack trace above for root cause issue.",
+            "hang.rank_exited",
+        ),
+        # torchtitan resuming its data loader at another data-parallel degree
+        (
+            "[rank0]: AssertionError: dp_degree is inconsistent before and after checkpoint,"
+            " dataloader resharding is not supported yet.",
+            "config.world_size_mismatch",
+        ),
     ],
     ids=[
         "deepep-kernel",
@@ -47,6 +66,9 @@ from tests.conftest import analyze_files
         "userbuffers-recv",
         "sglang-9",
         "sglang-6",
+        "vllm-worker-died",
+        "vllm-fatal-signal",
+        "torchtitan-dp-degree",
     ],
 )
 def test_a_runtimes_own_failure_reads_as_its_family(tmp_path: Path, line: str, cause: str) -> None:

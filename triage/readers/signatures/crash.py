@@ -125,7 +125,13 @@ signature(
     r"|\w+Job \S+ is (?:failed|restarting) because (?P<replicas>\d+) (?P<role>\w+) replica\(s\)"
     r" failed"
     r"|has failed because it has reached the specified backoff limit"
-    r"|jobset failed due to (?:one or more job failures|reaching max number of restarts)",
+    r"|jobset failed due to (?:one or more job failures|reaching max number of restarts)"
+    # vLLM's executor and engine client seeing a worker or engine process go:
+    # `Worker proc VllmWorker-1 died unexpectedly, shutting down executor.`, `Worker
+    # VllmWorkerProcess pid 3283517 died, exit code: -15`, `Engine core proc EngineCore_DP0 died
+    # unexpectedly`, `got fatal signal from worker processes`
+    r"|Worker proc \S+ died unexpectedly|Worker VllmWorkerProcess pid \d+ died"
+    r"|Engine core proc \S+ died unexpectedly|got fatal signal from worker processes",
     anchors=(
         "Worker exit type: SYSTEM_ERROR",
         "Worker exit type: UNEXPECTED_SYSTEM_EXIT",
@@ -133,6 +139,9 @@ signature(
         "replica(s) failed",
         "reached the specified backoff limit",
         "jobset failed due to",
+        "died unexpectedly",
+        "Worker VllmWorkerProcess pid",
+        "got fatal signal from worker processes",
         "Back-off restarting failed container",
     ),
     summary="the orchestrator (Ray, Kubernetes) saw a worker die without an error of its own",

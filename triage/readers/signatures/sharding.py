@@ -35,11 +35,24 @@ signature(
     r"(?P<scope>Local|Global) world size at save time was (?P<saved>\d+), but at load time was"
     r" (?P<now>\d+)"
     r"|[Cc]heckpoint\b[^\n]{0,60}?\b(?P<kind>DP |MP |TP |PP )?world size (?:of |was |= ?)?"
-    r"(?P<saved_as>\d+)\b[^\n]{0,20}?\bbut\b[^\n]{0,30}?\bworld size (?:is |of |= ?)?(?P<now_at>\d+)",
-    anchors=("world size at save time was", "world size of", "world size was", "world size ="),
+    r"(?P<saved_as>\d+)\b[^\n]{0,20}?\bbut\b[^\n]{0,30}?\bworld size (?:is |of |= ?)?(?P<now_at>\d+)"
+    # torchtitan's data loader state: `dp_degree is inconsistent before and after checkpoint`,
+    # `cannot resume after changing the effective data-parallel degree`
+    r"|(?P<loader>dp_degree is inconsistent before and after checkpoint"
+    r"|cannot resume after changing the effective data-parallel degree)",
+    anchors=(
+        "world size at save time was",
+        "world size of",
+        "world size was",
+        "world size =",
+        "dp_degree is inconsistent before and after checkpoint",
+        "cannot resume after changing the effective data-parallel degree",
+    ),
     summary="a sharded checkpoint is loaded at another world size than it was saved at",
     extract=lambda m: {
-        "dim": f"{m['scope'].lower() if m['scope'] else (m['kind'] or '').strip()} world size".lstrip(),
+        "dim": "data-parallel degree (its data loader's state)"
+        if m["loader"]
+        else f"{m['scope'].lower() if m['scope'] else (m['kind'] or '').strip()} world size".lstrip(),
         "saved": m["saved"] or m["saved_as"],
         "now": m["now"] or m["now_at"],
     },
