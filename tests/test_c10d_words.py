@@ -232,3 +232,25 @@ def test_older_torchs_words_read_as_the_newer_ones(tmp_path: Path, line: str, ca
     """torch 1.5-1.13's own wordings (torch/lib/c10d at those releases, torch/distributed)."""
     top = analyze_files(tmp_path, {"rank1.log": line + "\n"}).hypotheses[0]
     assert top.cause_id == cause, top.title
+
+
+@pytest.mark.parametrize(
+    ("reason", "cause"),
+    [
+        ("NCCL error: unhandled system error, NCCL version 2.10.3", "comm.unknown"),
+        ("CUDA error: an illegal memory access was encountered", "hang.rank_exited"),
+        (
+            "NCCL error: remote process exited or there was a network error, NCCL version 2.14.3",
+            "comm.peer_failure",
+        ),
+    ],
+    ids=["own-nccl-error", "own-cuda-fault", "peer-gone"],
+)
+def test_an_abort_is_a_lost_peer_only_when_its_reason_is_a_peers(
+    tmp_path: Path, reason: str, cause: str
+) -> None:
+    """torch's abort names the failure its watchdog saw first (NCCLUtils' getNcclComm:
+    `NCCL communicator was aborted on rank 2.  Original reason for failure was: ...`)."""
+    line = f"RuntimeError: NCCL communicator was aborted on rank 2.  Original reason for failure was: {reason}"
+    top = analyze_files(tmp_path, {"rank2.log": line + "\n"}).hypotheses[0]
+    assert top.cause_id == cause, top.title

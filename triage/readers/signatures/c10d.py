@@ -231,10 +231,15 @@ signature(
 
 # A collective on a communicator this rank's watchdog already aborted after a peer's
 # failure: `NCCL communicator was aborted on rank 3.` (torch 1.6-1.9: without the rank; older torch appends `Original reason
-# for failure was:` and, for a timeout of this rank's own, that is no lost peer).
+# for failure was:` and, for a timeout or an error of this rank's own, that is no lost peer).
+#: What an abort's stated reason says when the failure was a peer's.
+ABORT_PEER_REASON = r"(?:remote process exited|[Cc]onnection (?:closed|reset)|ncclRemoteError)"
+
 signature(
     "nccl.communicator_aborted",
-    r"NCCL communicator was aborted(?: on rank (?P<aborted_on>\d+))?\.?(?!.*(?:[Tt]imeout|timed out))",
+    r"NCCL communicator was aborted(?: on rank (?P<aborted_on>\d+))?\.?(?!.*(?:[Tt]imeout|timed out))"
+    # ... unless the reason it gives is this rank's own error, not a peer's
+    r"(?!.*Original reason for failure was:(?!.*" + ABORT_PEER_REASON + r"))",
     anchors="NCCL communicator was aborted",
     summary="a collective met a communicator its watchdog had aborted after an earlier failure",
     peer_symptom=True,

@@ -11,6 +11,7 @@ from typing import TypeVar
 
 from triage.models import Evidence, Finding, Location
 from triage.observations import LogFile, LogSignal, TracebackRecord
+from triage.readers.signatures.c10d import ABORT_PEER_REASON
 from triage.registry import EvidenceSet
 from triage.rules.logs._signals import (
     TEARDOWN_EXCEPTIONS,
@@ -82,7 +83,8 @@ _BENIGN_WARN = re.compile(
 PEER_TEXT = re.compile(
     r"Connection closed by (?:remote )?peer|Connection reset by peer|ncclRemoteError|"
     r"Socket (?:unexpectedly )?closed \[|Connection was likely closed|"
-    r"NCCL communicator was aborted(?: on rank \d+)?\.?(?!.*(?:[Tt]imeout|timed out))|"
+    r"NCCL communicator was aborted(?: on rank \d+)?\.?(?!.*(?:[Tt]imeout|timed out))"
+    r"(?!.*Original reason for failure was:(?!.*" + ABORT_PEER_REASON + r"))|"
     r"remote process exited or there was a network error|[Bb]roken pipe|got 0 bytes|"
     r"remote worker crashing|RendezvousClosedError|unexpected exit of a remote peer|"
     r"Horovod has been shut down|received errors while waiting for send/recv from rank"
