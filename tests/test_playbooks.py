@@ -192,3 +192,22 @@ def test_a_symptom_weighs_every_cause_and_falls_back_to_its_own_family(tmp_path:
     assert hang.hypotheses[0].cause_id == "config.device_assignment"
     quiet = analyze_files(tmp_path / "quiet", {"rank0.log": "step 10 loss 2.31"}, symptom="hang")
     assert [h.cause_id for h in quiet.hypotheses] == ["hang.unknown"]
+
+
+def test_a_guess_below_the_hand_over_line_does_not_hide_the_named_symptom(tmp_path: Path) -> None:
+    """A traceback cut before its exception (HRNet/HRFormer#1, a dev case: the OOM line was
+    not pasted) is only a guess at its family (config.unknown, 0.08): the user who says `triage
+    oom` still gets oom.unknown and its next steps, ranked beside it."""
+    cut = (
+        "Traceback (most recent call last):\n"
+        '  File "/home/u/HRFormer/seg/main.py", line 541, in <module>\n'
+        "    model.train()\n"
+        '  File "/home/u/HRFormer/seg/segmentor/trainer.py", line 187, in __train\n'
+        "    outputs = self.seg_net(*inputs)\n"
+    )
+    (tmp_path / "alone").mkdir()
+    (tmp_path / "oom").mkdir()
+    alone = analyze_files(tmp_path / "alone", {"rank0.log": cut})
+    assert [(h.cause_id, h.confidence) for h in alone.hypotheses] == [("config.unknown", 0.08)]
+    oom = analyze_files(tmp_path / "oom", {"rank0.log": cut}, symptom="oom")
+    assert [h.cause_id for h in oom.hypotheses] == ["oom.unknown", "config.unknown"]

@@ -147,6 +147,13 @@ def _without_failure(finding: Finding) -> bool:
     return finding.rule_id in RULES and RULES[finding.rule_id].without_failure
 
 
+def _guess(finding: Finding) -> bool:
+    """A reading of text without a failure, or a family guessed below HAND_OVER_MIN (a
+    failure whose exception is missing): neither keeps a last-resort reading or the named
+    symptom's own unknown from standing beside it."""
+    return _without_failure(finding) or finding.confidence < HAND_OVER_MIN
+
+
 def _printed(item: Evidence) -> bool:
     """A line the job printed about itself (a rank's value, a metric): not a failure."""
     return item.kind == LogSignal.EVIDENCE_KIND and is_printed(str(item.data.get("signature")))
@@ -202,8 +209,9 @@ def decide(playbook: Playbook, report: Report) -> Report:
         report.notes.append(f"rule evaluation failed: {type(exc).__name__}: {exc}")
     findings = [f for f in findings if _fits_symptom(f, playbook)]
     own = any(symptom_of(f.cause_id) == playbook.symptom for f in findings)
-    if playbook.fallback_cause and not own and all(_without_failure(f) for f in findings):
-        # nothing read a failure: the named symptom's unknown stands beside what context says
+    if playbook.fallback_cause and not own and all(_guess(f) for f in findings):
+        # nothing read a failure (or only guessed its family, below HAND_OVER_MIN): the named
+        # symptom's unknown stands beside what context says
         findings.append(_fallback(playbook, report))
     report.hypotheses = rank(findings)
     report.rank_groups = group_ranks(evidence)
@@ -233,7 +241,7 @@ def rank(findings: list[Finding]) -> list[Finding]:
     the user line: a Flight Recorder dump without stack frames sees the ranks, not the line).
     A family's `unknown` (its failure is visible, its cause is not) gives way to any cause of
     that family, and a last-resort rule's finding to any other rule's."""
-    if any(not _last_resort(f) for f in findings):
+    if any(not _last_resort(f) and not _guess(f) for f in findings):
         findings = [f for f in findings if not _last_resort(f)]
     named = {symptom_of(f.cause_id) for f in findings if not f.cause_id.endswith(".unknown")}
     findings = [
