@@ -11,6 +11,7 @@ where the others are. Formats cover torch 1.8 to 2.x (with and without SeqNum, N
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from triage.readers.signatures import Series, signature
@@ -433,6 +434,14 @@ signature(
 #: What Horovod (or torch's DETAIL check) compares that makes it a size mismatch; the rest
 #: (the op, its root, its scale factors, its device) is the ranks calling different collectives.
 SIZE_MISMATCHES = frozenset({"tensor shapes", "data types"})
+
+
+def compared(what: str) -> Callable[[re.Match[str]], dict[str, Any]]:
+    """The fields of a check of the ranks' collectives that words one thing it compared:
+    that thing, and the check's own words."""
+    return lambda found: {"what": what, "detail": found.group(0)}
+
+
 #: Who compared the ranks' collectives, by signature: (the checker, what it compared, how
 #: sure its words are: NCCL's only says a wait "may be caused by" a mismatch).
 MISMATCH_CHECKERS = {
@@ -493,7 +502,7 @@ signature(
     r"Detected a disagreement on list (?:length|contents) between rank\d+ and rank\d+",
     anchors="Detected a disagreement on list",
     summary="DeepSpeed ZeRO found the ranks' parameter lists different",
-    extract=lambda found: {"what": "parameter lists", "detail": found.group(0)},
+    extract=compared("parameter lists"),
 )
 
 # NCCL 2.4-2.7 (init.cc) saying a wait looks like ranks in different collectives: `Your
@@ -503,7 +512,7 @@ signature(
     r"Your program may be hanging, this may be caused by a collective mismatch around rank \d+",
     anchors="may be caused by a collective mismatch",
     summary="NCCL suspects the ranks called different collectives",
-    extract=lambda found: {"what": "calls", "detail": found.group(0)},
+    extract=compared("calls"),
 )
 
 # transformers' and accelerate's main_process_first(): every other rank waits in a barrier

@@ -5,6 +5,7 @@ size it was saved at. Each is a parallel size that does not fit the data or the 
 from __future__ import annotations
 
 from triage.readers.signatures import signature
+from triage.readers.signatures.hang import compared
 
 # DTensor's view ops and shape helpers, context parallel's sequence split, FSDP2's sharding
 # of a parameter, the functional collectives' first-dimension split: a dimension that the
@@ -206,7 +207,7 @@ signature(
     r"Forward order differs across ranks: rank \d+ is all-gathering",
     anchors="Forward order differs across ranks",
     summary="FSDP found the ranks all-gathering different parameters at one step",
-    extract=lambda found: {"what": "forward order", "detail": found.group(0)},
+    extract=compared("forward order"),
 )
 
 signature(
@@ -214,7 +215,7 @@ signature(
     r"Forward order differs from that of the first iteration on rank \d+",
     anchors="Forward order differs from that of the first iteration",
     summary="FSDP warns that a rank's forward order changed since the first iteration",
-    extract=lambda found: {"what": "forward order", "detail": found.group(0)},
+    extract=compared("forward order"),
 )
 
 # A rank's local shard against the others' when a DTensor is built from local tensors
@@ -233,7 +234,7 @@ signature(
         "PipeliningMetadataError: Stage",
     ),
     summary="the ranks' (or the pipeline stages') tensors differ in shape where they must match",
-    extract=lambda found: {"what": "tensor shapes", "detail": found.group(0)},
+    extract=compared("tensor shapes"),
 )
 
 # DTensor refusing an op on what it was given: a plain tensor among DTensors at one of torch's
