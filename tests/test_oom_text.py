@@ -558,3 +558,15 @@ def test_summaries_printed_every_epoch_show_the_leak(tmp_path: Path) -> None:
     leak = hypothesis(report, "oom.leak")
     assert leak.ranks == [3]
     assert "allocated memory rose from 3.20 GiB" in leak.summary
+
+
+def test_a_step_lines_memory_fields_are_not_taken_for_a_secret(tmp_path: Path) -> None:
+    """The field naming what a step line measured is no `key` the redactor hides."""
+    line = titan(10, 40.0)
+    report = run(tmp_path, {"rank0.log": prefixed(0, line)})
+    fields = [
+        e.data["fields"]
+        for e in report.evidence
+        if e.kind == "log_signal" and e.data.get("signature") == "memory.step_usage"
+    ]
+    assert fields and "[REDACTED]" not in str(fields) and fields[0]["measure"] == "memory"

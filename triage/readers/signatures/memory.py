@@ -377,18 +377,18 @@ _USAGE_NAMES = (
     "Memory reserved",
 )
 _USAGE_KEY = re.compile(
-    r"(?:(?<![A-Za-z])|(?<=\dm))(?P<key>(?:(?:max|peak)_?)?(?:(?:mem|memory|Mem|Memory)(?=[:=])|"
+    r"(?:(?<![A-Za-z])|(?<=\dm))(?P<measure>(?:(?:max|peak)_?)?(?:(?:mem|memory|Mem|Memory)(?=[:=])|"
     + "|".join(_USAGE_NAMES)
     + r")(?:\(\))?)[:=] *(?P<value>\d+(?:\.\d+)?) ?(?P<unit>[KMGT]i?B|[MG])(?![A-Za-z])"
 )
 
 
-def _metric(key: str) -> str:
-    """allocated, reserved (with peak_ when the key says max or peak), or memory: what the
+def _metric(measure: str) -> str:
+    """allocated, reserved (with peak_ when the name says max or peak), or memory: what the
     loop measured is not named (torchtitan's is peak reserved, detectron2's peak allocated)."""
-    peak = "peak_" if key.lower().startswith(("max", "peak")) else ""
+    peak = "peak_" if measure.lower().startswith(("max", "peak")) else ""
     for kind in ("allocated", "reserved"):
-        if kind in key:
+        if kind in measure:
             return peak + kind
     return "memory"
 
@@ -398,7 +398,7 @@ def _step_usage(found: re.Match[str]) -> dict[str, Any]:
     for usage in _USAGE_KEY.finditer(found.string):
         size = binary_size(usage["value"], usage["unit"])
         if size is not None:
-            out.setdefault(_metric(usage["key"]), size)
+            out.setdefault(_metric(usage["measure"]), size)
     return out
 
 
