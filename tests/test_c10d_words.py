@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import analyze_files
+from tests.conftest import analyze_cli, analyze_files
 
 PG = "[PG ID 0 PG GUID 0(default_pg) Rank 3]"
 
@@ -254,3 +254,20 @@ def test_an_abort_is_a_lost_peer_only_when_its_reason_is_a_peers(
     line = f"RuntimeError: NCCL communicator was aborted on rank 2.  Original reason for failure was: {reason}"
     top = analyze_files(tmp_path, {"rank2.log": line + "\n"}).hypotheses[0]
     assert top.cause_id == cause, top.title
+
+
+def test_the_stores_key_a_rank_waited_for_is_kept_in_the_report(tmp_path: Path) -> None:
+    """The key's name is a fact of the rendezvous, not a secret the JSON report hides."""
+    line = (
+        "torch.distributed.DistBackendError: [1] is setting up NCCL communicator and retrieving"
+        " ncclUniqueId from [0] via c10d key-value store by key '0:1', but store->get('0:1') got"
+        " error: Connection reset by peer"
+    )
+    (tmp_path / "rank1.log").write_text(line + "\n")
+    report = analyze_cli(tmp_path / "rank1.log")
+    fields = [
+        e["data"]["fields"]
+        for e in report["evidence"]
+        if e["kind"] == "log_signal" and e["data"]["signature"] == "hang.unique_id_timeout"
+    ]
+    assert {"rank": 1, "root": 0, "entry": "0:1"}.items() <= fields[0].items(), fields

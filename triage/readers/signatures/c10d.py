@@ -193,7 +193,7 @@ signature(
     # the client's check that the store answers (another service on MASTER_PORT), and
     # FileStore's wait for a key (file:// init: a rank that never wrote it)
     r"|Ping failed, invalid value returned from server"
-    r"|Timeout waiting for key: (?P<key>\S+) after (?P<ms>\d+) ms",
+    r"|Timeout waiting for key: (?P<entry>\S+) after (?P<ms>\d+) ms",
     anchors=("DistStoreError", "Ping failed, invalid value", "Timeout waiting for key: "),
     summary="a TCPStore operation failed (timeout waiting for a key or for clients)",
 )

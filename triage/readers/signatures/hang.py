@@ -408,7 +408,7 @@ signature(
 signature(
     "hang.unique_id_timeout",
     r"\[(?P<rank>\d+)\] is setting up NCCL communicator and retrieving ncclUniqueId from "
-    r"\[(?P<root>\d+)\] via c10d key-value store by key '(?P<key>[^']*)',? but "
+    r"\[(?P<root>\d+)\] via c10d key-value store by key '(?P<entry>[^']*)',? but "
     r"store->get\('[^']*'\) got error: (?P<error>.+)",
     anchors="retrieving ncclUniqueId from",
     summary="a rank waited for the NCCL unique ID that the group's root rank never published",
