@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import triage_cli
+from triage.readers import signatures
+from triage.redact import is_secret_name
 
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzEXAMPLEKEY"[:40]
 HF = "hf_" + "Q7wErTy8UiOp9AsDfGh0JkLzXcVbNm1234"
@@ -119,3 +121,16 @@ def test_triages_own_fields_survive_redaction() -> None:
     again = redacted(report)
     assert again.evidence[0].data["signature"] == "nccl.warn"
     assert again.llm is not None and again.llm.input_tokens == 12
+
+
+def test_no_signature_names_a_field_the_redactor_would_hide() -> None:
+    """A field of a failure line named like a secret (`key`, `token`, `pass`...) prints as
+    [REDACTED] in every JSON report, whatever it holds: the store key a rank waited for,
+    what a step line measured. Fields carry the facts of a failure under plain names."""
+    named = {
+        (sig.name, group)
+        for sig in signatures.load().values()
+        for group in sig.pattern.groupindex
+        if is_secret_name(group)
+    }
+    assert not named, sorted(named)
