@@ -14,6 +14,9 @@ error detected during the execution`.
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from triage.readers.signatures import signature
 
 #: Xid codes that mean the GPU is gone or its memory is corrupt, not an application bug.
@@ -24,6 +27,17 @@ NVLINK_XIDS = frozenset(range(144, 151))
 #: 31: a memory-management fault, a bad address; 43: the channel stopped after it): the
 #: process that ran the kernel is lost, the GPU is not.
 KERNEL_FAULT_XIDS = frozenset({13, 31, 43})
+
+
+def _lost(found: re.Match[str]) -> dict[str, Any]:
+    """The Xid and whether the driver called it fatal; the GPU's bus, whichever line named it."""
+    out: dict[str, Any] = {"xid": int(found["xid"])} if found["xid"] else {}
+    if found["fatal"]:
+        out["fatal"] = True
+    if bus := found["init_bus"] or found["aer_bus"]:
+        out["bus"] = bus
+    return out
+
 
 signature(
     "hardware.gpu_lost",
@@ -54,13 +68,5 @@ signature(
     ),
     summary="a GPU stopped answering (fell off the bus, uncorrectable ECC, NVLink or firmware"
     " failure): the rank on it dies or freezes",
-    extract=lambda found: {
-        **({"xid": int(found["xid"])} if found["xid"] else {}),
-        **({"fatal": True} if found["fatal"] else {}),
-        **(
-            {"bus": found["init_bus"] or found["aer_bus"]}
-            if found["init_bus"] or found["aer_bus"]
-            else {}
-        ),
-    },
+    extract=_lost,
 )

@@ -7,7 +7,6 @@ from collections.abc import Iterator
 
 from triage.models import Evidence, Finding, Location
 from triage.observations import Frame, LogSignal, TracebackRecord
-from triage.readers.signatures.hang import MISMATCH_CHECKERS, SIZE_MISMATCHES
 from triage.readers.source import Block
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._hang_lines import (
@@ -16,6 +15,7 @@ from triage.rules.logs._hang_lines import (
     positions_text,
     same_op_reports,
 )
+from triage.rules.logs._refusals import refusals, refused
 from triage.rules.logs._signals import ids, signals, stacks_in_collectives
 from triage.rules.logs._trace_split import TraceSplit, skipped_call
 from triage.rules.stacks._hang_view import SKIP_STORY, StateGroup, skip_fix
@@ -126,22 +126,17 @@ def _stacks_apart(evidence: EvidenceSet) -> Iterator[Finding]:
 
 
 def _checked_calls(evidence: EvidenceSet) -> Iterator[Finding]:
-    """Horovod's coordinator, or torch 1.9's DETAIL check, found the ranks in different
-    collectives at one step (another op, root, scale factor or device)."""
-    found = [
-        item
-        for item in signals(evidence, *MISMATCH_CHECKERS)
-        if item[1].fields.get("what") not in SIZE_MISMATCHES
-    ]
+    """A check that compared the ranks' collectives found them in different calls at one
+    step (another op, root, scale factor, device, parameter list or forward order)."""
+    found = refusals(evidence, sizes=False)
     if not found:
         return
     line = found[0][1]
-    checker, compared, confidence = MISMATCH_CHECKERS[line.signature]
+    said, confidence = refused(line)
     yield Finding(
         title=f"the ranks' collectives differ: {line.fields['what']}",
-        summary=f"{checker} compared {compared} and refused it: `{line.fields['detail'].strip()}`"
-        f" ({line.path}:{line.line}). The ranks reached different calls; it does not say which"
-        " rank is the odd one.",
+        summary=f"{said} The ranks reached different calls; it does not say which rank is the"
+        " odd one.",
         ranks=[],
         confidence=confidence,
         evidence=ids(found[:8]),

@@ -6,7 +6,6 @@ from collections import Counter
 from collections.abc import Iterator
 
 from triage.models import Finding
-from triage.readers.signatures.hang import MISMATCH_CHECKERS, SIZE_MISMATCHES
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._comm_view import comm_view
 from triage.rules.logs._hang_lines import (
@@ -17,6 +16,7 @@ from triage.rules.logs._hang_lines import (
     same_op_reports,
     unpaired_reports,
 )
+from triage.rules.logs._refusals import refusals, refused
 from triage.rules.logs._signals import ids, ranks_of, signals
 from triage.rules.stacks.shape_mismatch import reshaped_call
 from triage.text import format_ranks, rank_label
@@ -260,21 +260,16 @@ def _reshaped(view: HangLog) -> Iterator[Finding]:
 
 
 def _checked(evidence: EvidenceSet) -> Iterator[Finding]:
-    """Horovod's coordinator, or torch 1.9's DETAIL check, compared the ranks' tensors at one
-    collective and found different shapes or dtypes."""
-    found = [
-        item
-        for item in signals(evidence, *MISMATCH_CHECKERS)
-        if item[1].fields.get("what") in SIZE_MISMATCHES
-    ]
+    """A check that compared the ranks' tensors at one collective found different shapes or
+    dtypes."""
+    found = refusals(evidence, sizes=True)
     if not found:
         return
     line, reporters = found[0][1], ranks_of(s for _, s in found)
-    checker, compared, confidence = MISMATCH_CHECKERS[line.signature]
+    said, confidence = refused(line)
     yield Finding(
         title=f"the ranks' tensors differ at one collective: {line.fields['what']}",
-        summary=f"{checker} compared {compared} and refused it: `{line.fields['detail'].strip()}`"
-        f" ({line.path}:{line.line}). It does not say which rank is the odd one.",
+        summary=f"{said} It does not say which rank is the odd one.",
         ranks=[],
         location=hang_log(evidence).location(reporters),
         confidence=confidence,

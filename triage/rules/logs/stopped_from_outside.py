@@ -49,11 +49,11 @@ def stopped_from_outside(evidence: EvidenceSet) -> Iterator[Finding]:
     found = limit or cancelled or stopped
     if not found:
         return
-    signal = ""
     preempted = [item for item in cancelled if item[1].fields.get("preempted")]
     if preempted and not limit:
         yield _preempted(preempted)
         return
+    signal = ""
     if limit:
         how = "the scheduler cancelled the job at its time limit"
     elif cancelled:
