@@ -240,12 +240,13 @@ class RankJob:
         self.extra_env = dict(env or {})
         self.rank_env = rank_env
         self.die_with_parent = die_with_parent
+        #: Set here when given; otherwise start() makes a temporary one (``_scratch``, removed
+        #: by close()), so a job never started leaves no folder behind.
+        self.log_dir: Path
         self._own_log_dir = log_dir is None
-        self.log_dir = (
-            Path(log_dir)
-            if log_dir is not None
-            else Path(tempfile.mkdtemp(prefix=f"triage-{self.name or self.script.stem}-"))
-        )
+        self._scratch: Path | None = None
+        if log_dir is not None:
+            self.log_dir = Path(log_dir)
         self.procs: list[subprocess.Popen[bytes]] = []
         self.pids: list[int] = []
         self.port: int | None = None
@@ -259,6 +260,9 @@ class RankJob:
     def start(self) -> RankJob:
         if self.procs:
             raise RuntimeError("already started")
+        if self._own_log_dir:
+            self._scratch = Path(tempfile.mkdtemp(prefix=f"triage-{self.name or self.script.stem}-"))
+            self.log_dir = self._scratch
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         base = dict(os.environ)
@@ -299,8 +303,8 @@ class RankJob:
         for log in self._logs:
             log.close()
         self._logs.clear()
-        if self._own_log_dir:
-            shutil.rmtree(self.log_dir, ignore_errors=True)
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
 
     def __enter__(self) -> RankJob:
         try:
