@@ -261,7 +261,9 @@ class RankJob:
         if self.procs:
             raise RuntimeError("already started")
         if self._own_log_dir:
-            self._scratch = Path(tempfile.mkdtemp(prefix=f"triage-{self.name or self.script.stem}-"))
+            self._scratch = Path(
+                tempfile.mkdtemp(prefix=f"triage-{self.name or self.script.stem}-")
+            )
             self.log_dir = self._scratch
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()

@@ -104,7 +104,10 @@ signature(
 
 signature(
     "setup.backend_op_unsupported",
-    r"\b(?:ProcessGroup ?(?P<group>\w*?)|Backend (?P<backend>\w+)) ?does not support (?P<op>\w+)",
+    r"\b(?:ProcessGroup ?(?P<group>\w*?)|Backend (?P<backend>\w+)) ?does not support (?P<op>\w+)\b"
+    # DTensor's warning when it runs the op another way (`... reduce_scatter, falling back
+    # with all reduce!`) is no failure
+    r"(?!,? falling back)",
     anchors="does not support",
     summary="the process group's backend does not implement this collective",
 )

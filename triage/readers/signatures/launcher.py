@@ -145,6 +145,17 @@ signature(
     summary="the script's local rank disagrees with the launcher's",
 )
 
+# The DeepSpeed runner's --include/--exclude (or the CUDA_VISIBLE_DEVICES it turns into
+# --include) names a GPU the host's slots do not have: Slurm's physical GPU ids 4-7 where
+# the runner counts 0-3, a hostfile's slots=2 with GPUs 2,3 asked for. Older releases spelt
+# it `specificied`.
+signature(
+    "launcher.slot_missing",
+    r"No slot '?(?P<slot>\d+)'? specif(?:ic)?ied on host '?(?P<host>[\w.-]+)'?",
+    anchors=("No slot ",),
+    summary="the DeepSpeed runner was asked for a GPU slot the host does not have",
+)
+
 # A multi-node launcher that reaches the other hosts over ssh and could not: pdsh's `ssh exited
 # with exit code 255` (ssh's own failure; other codes are the remote command's), DeepSpeed's
 # `host=node-02 was not reachable via ssh` and `launcher 'pdsh' not installed`, horovodrun's

@@ -39,8 +39,19 @@ signature(
     "lightning.gpus_missing",
     r"You requested to find (?P<wanted>\d+) devices but (?:this machine only has (?P<has>\d+)"
     r" GPUs|there are no visible CUDA devices on this machine)"
-    r"|GPUs requested but none are available",
-    anchors=("You requested to find", "GPUs requested but none are available"),
+    r"|GPUs requested but none are available"
+    # Lightning 1.x: `You requested GPUs: [1]` and, on the next line, `But your machine only
+    # has: [0]`; and its accelerator check when torch sees no CUDA at all
+    r"|You requested (?:GPUs|gpus?): (?P<requested>\[[^\]]*\])"
+    r"|(?:CUDA|GPU)Accelerator can not run on your system since the accelerator is not available",
+    anchors=(
+        "You requested to find",
+        "GPUs requested but none are available",
+        "You requested GPUs: [",
+        "You requested gpus: [",
+        "You requested gpu: [",
+        "Accelerator can not run on your system since the accelerator is not available",
+    ),
     summary="Lightning was asked for more GPUs than the process sees",
 )
 

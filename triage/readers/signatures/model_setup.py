@@ -19,7 +19,8 @@ signature(
 signature(
     "setup.ddp_module_device",
     r"DistributedDataParallel device_ids and output_device arguments only work with"
-    r" single-device/multiple-device GPU modules or CPU modules, but got device_ids"
+    # torch 1.5 said `single-device CUDA modules`
+    r" single-device(?:/multiple-device GPU modules or CPU| CUDA) modules, but got device_ids"
     r" (?P<device_ids>\[[^\]]*\]), output_device (?P<output_device>\S+), and module parameters"
     r" (?P<params>\{[^}]*\})",
     anchors="device_ids and output_device arguments only work with",

@@ -169,8 +169,12 @@ signature(
 # notebook launcher, a fork start method, a DataLoader worker touching the GPU).
 signature(
     "setup.cuda_after_fork",
-    r"Cannot re-initialize CUDA in forked subprocess",
-    anchors="Cannot re-initialize CUDA in forked subprocess",
+    r"Cannot re-initialize CUDA in forked subprocess"
+    r"|Lightning can't create new processes if CUDA is already initialized",
+    anchors=(
+        "Cannot re-initialize CUDA in forked subprocess",
+        "Lightning can't create new processes if CUDA is already initialized",
+    ),
     summary="a process forked after its parent initialised CUDA tried to use CUDA",
 )
 
@@ -200,6 +204,8 @@ signature(
     r"invalid device ordinal"
     r"|The device index is out of range\. It must be in \[0, (?P<devices>\d+)\), but got"
     r" (?P<index>-?\d+)"
+    # torch.cuda's and DataParallel's check of a device index (torch 1.x)
+    r"|AssertionError: Invalid device id\b"
     # init_process_group's device_id (torch >= 2.8)
     r"|device_id (?P<device_id>\d+) is out of range\. Please use a device index less than the"
     r" number of accelerators available",
@@ -207,6 +213,7 @@ signature(
         "invalid device ordinal",
         "The device index is out of range. It must be in",
         "is out of range. Please use a device index less than",
+        "AssertionError: Invalid device id",
     ),
     summary="a rank asked for a GPU index this host (or its CUDA_VISIBLE_DEVICES) does not have",
 )
@@ -265,8 +272,9 @@ signature(
 # partitions the model itself)
 signature(
     "setup.device_map_refused",
-    r"You can't train a model that has been loaded (?:in [\w -]+ precision )?on a different"
-    r" device than the one you're training on"
+    r"You can't train a model that has been loaded (?:(?:in [\w -]+ precision )?on (?:a different"
+    r" device than the one you're training on|multiple devices)|with `device_map='auto'` in any"
+    r" distributed mode)"
     r"|DeepSpeed Zero-3 is not compatible with `low_cpu_mem_usage=True` or with passing a"
     r" `device_map`",
     anchors=("You can't train a model that has been loaded", "DeepSpeed Zero-3 is not compatible"),

@@ -181,6 +181,15 @@ _WORDED = (
         " you: set the GPUs in its config's gpu_ids) so that CUDA_VISIBLE_DEVICES holds.",
     ),
     (
+        "launcher.slot_missing",
+        0.75,
+        "the DeepSpeed runner was asked for a GPU the host's slots do not have",
+        "Name GPUs the way the runner counts them, 0 to the GPUs the host shows: under Slurm or"
+        " a container that narrows CUDA_VISIBLE_DEVICES the runner sees them as 0..N-1, so drop"
+        " --include/--exclude (and CUDA_VISIBLE_DEVICES set by hand) or name those indices; a"
+        " hostfile's slots=N must cover every GPU --include asks for.",
+    ),
+    (
         "setup.tensor_off_bound_device",
         0.75,
         "a collective's tensor is not on the GPU its process group was bound to",
@@ -229,7 +238,8 @@ def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
     `Init START/COMPLETE` lines of one communicator that place two processes on one busId of
     one host; `CUDA error: invalid device ordinal` (set_device(local_rank) with more ranks
     than GPUs, or RANK used instead of LOCAL_RANK on a second node; XPU and other backends
-    word it `The device index is out of range. It must be in [0, 6), but got 11.`);
+    word it `The device index is out of range. It must be in [0, 6), but got 11.`, torch
+    1.x's torch.cuda and DataParallel `AssertionError: Invalid device id`);
     `all CUDA-capable devices are busy or unavailable` (two ranks on one GPU in
     exclusive-process mode);
     torch.load's `Attempting to deserialize object on CUDA device 1 but
@@ -245,7 +255,9 @@ def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
     torchtune's `You can't specify a device index when using distributed training` (0.75);
     TRL's `Attempting to use the same CUDA device for multiple distinct roles/ranks within the
     same communicator` (0.8: trainer and vLLM server on one GPU);
-    Lightning's `You requested to find 8 devices but this machine only has 4 GPUs` (0.75),
+    Lightning's `You requested to find 8 devices but this machine only has 4 GPUs` (0.75; 1.x's
+    `You requested GPUs: [1]` / `But your machine only has: [0]`, and `CUDAAccelerator can not
+    run on your system since the accelerator is not available` when torch sees no GPU),
     `The devices [0] are occupied by other processes` (0.7) and its DeepSpeed strategy's
     `The selected device indices [2, 3] don't match the local rank values` (0.75);
     weaker: NCCL's `invalid usage` result with no reason shown (its usual cause is two
@@ -260,7 +272,10 @@ def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
     device-count` (0.7: nodes with unequal GPU counts, or a launcher numbering local ranks
     another way); a model's device_map refused (0.8): accelerate's `You can't train a model that
     has been loaded in 8-bit precision on a different device than the one you're training
-    on`, transformers' `DeepSpeed Zero-3 is not compatible with ... passing a device_map`;
+    on`, `... on multiple devices` and `... with device_map='auto' in any distributed mode`,
+    transformers' `DeepSpeed Zero-3 is not compatible with ... passing a device_map`; the
+    DeepSpeed runner's `No slot '4' specified on host 'localhost'` (0.75: --include, or the
+    CUDA_VISIBLE_DEVICES it turns into one, names a GPU the host's slots do not have);
     weakest (0.3), ProcessGroupNCCL's `using GPU N ... as device(s) used by this process
     is/are currently unknown`: nothing bound the group's device, and it guessed one.
 

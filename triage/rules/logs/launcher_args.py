@@ -63,7 +63,21 @@ def launcher_args(evidence: EvidenceSet) -> Iterator[Finding]:
     the `torch.distributed.launch is deprecated` warning and by every worker exiting with
     code 2 (argparse's usage error) right away. torch's `Cannot re-initialize CUDA in forked
     subprocess` (0.7): the launch forks its processes (a notebook launcher, the fork start
-    method) after the parent initialised CUDA. The scheduler's or MPI's refusal of the launch
+    method) after the parent initialised CUDA; Lightning's `Lightning can't create new
+    processes if CUDA is already initialized` (0.7) likewise. A trainer's settings against
+    the launch's: transformers' `Please correct the following DeepSpeed config values that
+    mismatch TrainingArguments values`, accelerate's `--mixed_precision arg cannot be set to
+    bf16 when fp16 is set in the DeepSpeed config file`, Lightning's `Do not set
+    gradient_accumulation_steps in the DeepSpeed config` (0.7: a batch size written for
+    another world size reads above it); Lightning's `strategy='ddp' is not compatible with
+    an interactive environment` (0.75); the spawn start method
+    re-importing a main module without its `if __name__ == '__main__':` guard (`An attempt
+    has been made to start a new process before the current process has finished its
+    bootstrapping phase`, 0.7) or failing to pickle what a process runs (`Can't pickle local
+    object`, 0.45: a DataLoader or a logger can hold it too); a launch option's value
+    (torchrun's `Unsupported nproc_per_node value: ''`, accelerate's `The port number of the
+    rendezvous endpoint 'None:None' must be an integer`) or init_process_group run twice
+    (0.55). The scheduler's or MPI's refusal of the launch
     line: srun's `Unable to create step for job 4123: More processors requested than
     permitted` (0.7), srun waiting on resources another step holds (`step creation
     temporarily disabled, retrying (Requested nodes are busy)`, 0.6: an srun inside a script
@@ -99,6 +113,7 @@ def launcher_args(evidence: EvidenceSet) -> Iterator[Finding]:
     """
     yield from _forked_after_cuda(evidence)
     yield from _lightning_launch(evidence)
+    yield from _trainer_settings(evidence)
     yield from _scheduler_launch(evidence)
     parsed = signals(evidence, *_ARGPARSE)
     deprecated = signals(evidence, "setup.launch_deprecated")
@@ -258,6 +273,77 @@ _LIGHTNING = (
         "Let one launcher start the processes: run the script with plain python and let"
         " Lightning launch them, or keep torchrun/srun and let Lightning detect it (its"
         " environment variables unchanged: no LOCAL_RANK set by hand or by a wrapper script).",
+    ),
+)
+
+
+def _trainer_settings(evidence: EvidenceSet) -> Iterator[Finding]:
+    """A trainer's settings against the launch's: transformers' and accelerate's arguments
+    against the DeepSpeed config, a notebook with a strategy that starts scripts, a launch
+    option's value, and the spawn start method (it re-imports the main module and pickles
+    what each process runs)."""
+    found = [
+        (confidence, title, items, fix)
+        for name, confidence, title, fix in _SETTINGS
+        if (items := signals(evidence, name))
+    ]
+    if found:
+        yield quoted_finding(
+            evidence,
+            found,
+            _SETTINGS_TEXT,
+            "the launch command and the trainer's settings (its arguments, the DeepSpeed config"
+            " file, the strategy) side by side",
+        )
+
+
+_SETTINGS_TEXT = re.compile(r"deepspeed|accelerate|Trainer|lightning|spawn|run\.py")
+
+_SETTINGS = (
+    (
+        "trainer.deepspeed_config_differs",
+        0.7,
+        "the trainer's arguments and the DeepSpeed config file disagree",
+        "Let one side own each value: set the DeepSpeed config's batch size, accumulation,"
+        ' precision and optimizer values to "auto" (transformers and accelerate fill them from'
+        " their own arguments), or make the arguments (--per_device_train_batch_size,"
+        " --gradient_accumulation_steps, --bf16/--fp16, accelerate's --mixed_precision,"
+        " Lightning's accumulate_grad_batches) say what the file says.",
+    ),
+    (
+        "trainer.interactive_ddp",
+        0.75,
+        "a strategy that starts new scripts (ddp) was chosen inside a notebook",
+        "In a notebook use strategy='ddp_notebook' (it forks the kernel; touch no CUDA before"
+        " fit), or put the training in a script and run it with python or torchrun.",
+    ),
+    (
+        "spawn.main_guard_missing",
+        0.7,
+        "a spawned process re-ran the main module's launch code (no `if __name__ == '__main__':`)",
+        "Put the launch (mp.spawn, Trainer.fit, a DataLoader with workers, the call that starts"
+        " training) under `if __name__ == '__main__':` in the main module: the spawn start"
+        " method (the default on macOS and Windows, and mp.spawn's) imports the main module"
+        " again in every new process.",
+    ),
+    (
+        "trainer.launch_value",
+        0.55,
+        "a launch option's value the launcher cannot use, or a second init_process_group",
+        "Check the launch line's values as the shell expands them: --nproc_per_node a number"
+        " (an unset variable leaves it empty), --main_process_port/--master_port a number and"
+        " the options in the order the launcher expects; call init_process_group once per"
+        " process (accelerate, Lightning and DeepSpeed call it for you: guard your own call"
+        " with torch.distributed.is_initialized()).",
+    ),
+    (
+        "spawn.unpicklable",
+        0.45,
+        "the spawn start method could not pickle what a new process runs",
+        "Give spawned processes what pickle can send: module-level functions and classes (no"
+        " lambdas, closures or classes defined inside a function), no open handles (loggers"
+        " with connections, ctypes, open files) in the arguments or the module they pass; or"
+        " launch with torchrun (strategy='ddp'), which starts scripts instead of pickling.",
     ),
 )
 
