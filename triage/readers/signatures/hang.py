@@ -452,6 +452,8 @@ MISMATCH_CHECKERS = {
     "zero.lists_disagree": ("DeepSpeed ZeRO's check", "the ranks' parameter lists", 0.7),
     "nccl.collective_mismatch_hint": ("NCCL's own check (2.4-2.7)", "the ranks' collective"
                                       " calls", 0.5),
+    "nccl.collective_mismatch_asserted": ("NCCL's device-side check (2.4-2.7)", "the ranks'"
+                                          " collective calls", 0.65),
     "fsdp.forward_order": ("FSDP's check (TORCH_DISTRIBUTED_DEBUG=DETAIL)", "the order the ranks"
                            " all-gather their parameters in", 0.7),
     "fsdp.forward_order_changed": ("FSDP's warning", "this iteration's forward order with the"
@@ -513,6 +515,25 @@ signature(
     anchors="may be caused by a collective mismatch",
     summary="NCCL suspects the ranks called different collectives",
     extract=compared("calls"),
+)
+
+# ... and its kernels' assertion that they met a different collective (ncclDevAssertedMismatch):
+# `Mismatched collective detected, please check your collective calls at and around rank 39`.
+signature(
+    "nccl.collective_mismatch_asserted",
+    r"Mismatched collective detected, please check your collective calls at and around rank \d+",
+    anchors="Mismatched collective detected",
+    summary="NCCL's kernels found the ranks in different collectives",
+    extract=compared("calls"),
+)
+
+# DDP's Join with throw_on_early_termination=True: a rank ran out of inputs and every rank
+# raises (`Rank 0 exhausted all inputs.` on the one that did).
+signature(
+    "hang.join_exhausted",
+    r"Detected at least one rank that exhausted inputs|Rank (?P<rank>\d+) exhausted all inputs",
+    anchors=("rank that exhausted inputs", "exhausted all inputs"),
+    summary="DDP's Join: a rank ran out of inputs before the others (uneven inputs)",
 )
 
 # transformers' and accelerate's main_process_first(): every other rank waits in a barrier

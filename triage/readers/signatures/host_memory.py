@@ -42,7 +42,9 @@ signature(
 # usage threshold`).
 signature(
     "memory.limit_kill",
-    r"exceeded (?:job |step )?memory limit|Exceeded (?:job|step) memory limit|"
+    r"exceeded (?:job |step )?memory limit|Exceeded (?:job|step) memory limit(?! at some point)|"
+    # LSF: `TERM_MEMLIMIT: job killed after reaching LSF memory usage limit.`
+    r"TERM_MEMLIMIT|"
     r"killed by the cgroup out-of-memory handler|oom_reaper: reaped process|"
     r"low on resource: memory|exceeds the memory usage threshold|"
     # the kubelet's node event: `SystemOOM  node/node3  System OOM encountered, victim process`
@@ -56,8 +58,37 @@ signature(
         "low on resource: memory",
         "memory usage threshold",
         "System OOM encountered",
+        "TERM_MEMLIMIT",
     ),
     summary="a scheduler, the kernel or the kubelet killed processes over a memory limit",
+)
+
+# Slurm's accounting after a step whose memory (page cache included) passed its limit at
+# some point: printed by jobs that went on and succeeded too, so a hint, not a kill.
+signature(
+    "memory.limit_touched",
+    r"Exceeded (?:job|step) memory limit at some point",
+    anchors=("xceeded step memory limit at some point", "xceeded job memory limit at some point"),
+    summary="Slurm saw the step's memory pass its limit at some point (it may have swapped)",
+)
+
+# The kernel's OOM report begins with the allocation that invoked the killer: `python
+# invoked oom-killer: gfp_mask=0x6200ca(GFP_HIGHUSER_MOVABLE), order=0, oom_score_adj=0`.
+signature(
+    "memory.oom_killer_invoked",
+    r"(?P<comm>\S+) invoked oom-killer: gfp_mask=",
+    anchors="invoked oom-killer",
+    summary="the kernel's OOM killer ran (host RAM or the container's memory limit)",
+)
+
+# Pinned (page-locked) host memory for NCCL's proxy buffers or a pin_memory() copy:
+# `include/alloc.h:125 NCCL WARN Failed to CUDA host alloc 4923392 bytes`.
+signature(
+    "memory.pinned_alloc_failed",
+    r"Failed to CUDA host alloc (?P<requested>\d+) bytes",
+    anchors="Failed to CUDA host alloc",
+    summary="pinned host memory could not be allocated (host RAM, a memlock or WSL limit)",
+    extract=bytes_field("requested"),
 )
 
 signature(
@@ -185,6 +216,9 @@ HOST_OOM_SIGNALS = (
     "memory.oom_kill_record",
     "memory.slurm_oom_kill",
     "memory.limit_kill",
+    "memory.limit_touched",
+    "memory.oom_killer_invoked",
+    "memory.pinned_alloc_failed",
     "memory.container_oom",
     "memory.exit_137",
     "memory.exit_sigkill",

@@ -41,7 +41,8 @@ from triage.readers.signatures import Series, parse_size, signature
 
 SIZE = r"[\d.]+ ?(?:bytes|[KMGT]iB)"
 
-_LEGACY = re.compile(r"\(GPU (?P<device>\d+); ")
+# Ascend's torch_npu keeps torch 1.x's wording with its own device name: `(NPU 3; ...)`.
+_LEGACY = re.compile(r"\((?:GPU|NPU) (?P<device>\d+); ")
 _LEGACY_PARTS = {
     "capacity": re.compile(rf"(?P<size>{SIZE}) total capacity"),
     "allocated": re.compile(rf"(?P<size>{SIZE}) already allocated"),
@@ -151,8 +152,11 @@ def kb_field(found: re.Match[str]) -> dict[str, Any]:
 
 signature(
     "memory.cuda_oom",
-    rf"(?P<api>CUDA|HIP|XPU) out of memory\.(?: Tried to allocate (?P<requested_text>{SIZE}|more than \S+))?",
-    anchors="out of memory.",
+    rf"(?P<api>CUDA|HIP|XPU|NPU) out of memory\.(?: Tried to allocate (?P<requested_text>{SIZE}|more than \S+))?"
+    # Apple's MPS: `MPS backend out of memory (MPS allocated: 8.89 GB, other allocations:
+    # 172.98 MB, max allowed: 9.07 GB). Tried to allocate 6.25 MB on private pool.`
+    r"|(?P<mps>MPS) backend out of memory \(MPS allocated",
+    anchors=("out of memory.", "MPS backend out of memory"),
     summary="the CUDA caching allocator could not serve a request; the line holds its numbers",
     extract=_cuda_oom,
 )
@@ -170,7 +174,9 @@ signature(
     # .../cumem_allocator.cpp:62` when waking the engine finds the GPU full.
     r"(?P<error>CUDA [Ee]rror: out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation"
     r"|HIP error: out of memory|hipErrorOutOfMemory|cuda runtime error \(2\) : out of memory"
-    r"|error=2 : out of memory)",
+    r"|error=2 : out of memory"
+    # TensorRT-LLM: `CUDA runtime error in ::cudaMallocAsync(ptr, n, ...): out of memory`
+    r"|CUDA runtime error in ::cudaMalloc\w*\(.*?\): out of memory)",
     anchors=(
         "CUDA error: out of memory",
         "CUDA Error: out of memory",
@@ -180,6 +186,7 @@ signature(
         "hipErrorOutOfMemory",
         "cuda runtime error (2) : out of memory",
         "error=2 : out of memory",
+        "CUDA runtime error in ::cudaMalloc",
     ),
     summary="a CUDA call outside the caching allocator (context, kernel, library) ran out of memory",
 )
@@ -208,13 +215,35 @@ signature(
     "memory.kv_cache_budget",
     r"No available memory for the cache blocks|"
     r"maximum number of tokens that can be stored in KV cache|"
-    r"Not enough memory\. Please try to increase --mem-fraction-static",
+    r"Not enough memory\. Please try to increase --mem-fraction-static|"
+    # vLLM V1: `To serve at least one request with the models's max seq len (131072), (4.54 GiB
+    # KV cache is needed, which is larger than the available KV cache memory (1.71 GiB)`
+    r"KV cache is needed, which is larger than the available KV cache memory|"
+    r"CUDA out of memory occurred when warming up sampler|"
+    # SGLang: the profile left no tokens (`... is larger than the profiled value -561981`), or
+    # one request fills the pool
+    r"is larger than the profiled value -\d+|No space left for only one request",
     anchors=(
         "No available memory for the cache blocks",
         "can be stored in KV cache",
         "increase --mem-fraction-static",
+        "which is larger than the available KV cache memory",
+        "CUDA out of memory occurred when warming up sampler",
+        "is larger than the profiled value -",
+        "No space left for only one request",
     ),
     summary="an inference engine found no GPU memory left for its KV cache within its budget",
+)
+
+# DeepSpeed ZeRO-3 counts the allocator's retries between steps (memory_stats'
+# num_alloc_retries): `[stage3.py:2069:step] 27 pytorch allocator cache flushes since last
+# step. this happens when there is high memory pressure and is detrimental to performance.`
+signature(
+    "memory.allocator_flushes",
+    r"(?P<flushes>\d+) pytorch allocator cache flushes since last step",
+    anchors="pytorch allocator cache flushes since last step",
+    summary="the caching allocator emptied its cache to retry failed cudaMallocs (memory pressure)",
+    extract=lambda found: {"flushes": int(found["flushes"])},
 )
 
 # vLLM checks at start-up that its share of the GPU (gpu_memory_utilization) is still free:

@@ -286,8 +286,10 @@ signature(
 # GPUs, which hangs or crashes when that is not the rank's GPU.
 signature(
     "setup.device_guessed",
-    r"using GPU (?P<device>\d+) (?:to perform barrier )?as devices? used by this process "
-    r"(?:is|are) currently unknown",
+    # torch 2.0-2.3 said `Rank 1 using best-guess GPU 1 to perform barrier as devices used by
+    # this process are currently unknown`
+    r"using (?:best-guess )?GPU (?P<device>\d+) (?:to perform barrier )?as devices? used by"
+    r" this process (?:is|are) currently unknown",
     anchors=(
         "used by this process is currently unknown",
         "used by this process are currently unknown",
@@ -511,13 +513,17 @@ signature(
 
 def _barrier(found: re.Match[str]) -> dict[str, Any]:
     world, joined = int(found["world_size"]), int(found["joined"])
-    return {"world_size": world, "joined": joined, "excess": joined > world}
+    out = {"world_size": world, "joined": joined, "excess": joined > world}
+    return out | ({"group": int(found["group"])} if found["group"] else {})
 
 
+# The key counts the process groups made so far: store_based_barrier_key:1 is the world's,
+# 2 and up a later new_group's (which every rank must call).
 signature(
     "setup.store_barrier",
     r"store based barrier (?:on|to initialize process group for) rank:? (?P<rank>\d+),? (?:for )?key: "
-    r"\S+ \(world_size=(?P<world_size>\d+), (?:worker_count|num_workers_joined)=(?P<joined>\d+)",
+    r"(?:store_based_barrier_key:(?P<group>\d+)|\S+) \(world_size=(?P<world_size>\d+),"
+    r" (?:worker_count|num_workers_joined)=(?P<joined>\d+)",
     anchors="store based barrier",
     summary="init_process_group's barrier counts a different number of workers than the world size",
     extract=_barrier,

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._hang_lines import hang_log
+from triage.rules.logs._signals import ids, ranks_of, signals
 from triage.rules.stacks._hang_view import creation_split
 from triage.text import capitalized, rank_label
 
@@ -20,7 +21,9 @@ def subgroup_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     Timed-out tracebacks (a store wait's `DistStoreError: wait timeout`, a collective's
     timeout) where some ranks stand in new_group / new_subgroups / init_device_mesh /
     split_group and the others in another call: the members waited for ranks that never
-    called it.
+    called it. Weaker (0.45), torch's store-based barrier of a later group
+    (`store_based_barrier_key:2` and up; 1 is the world's) counting fewer ranks than the
+    world: new_group was called by some ranks only, or the others are still elsewhere.
 
     Why it happens:
     `dist.new_group(ranks)` must be called by every rank of the world, in the same order,
@@ -42,6 +45,7 @@ def subgroup_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     References:
     torch.distributed.new_group documentation.
     """
+    yield from _later_group_barrier(evidence)
     traced = hang_log(evidence).traced
     split = creation_split(traced.groups) if traced is not None else None
     if split is None:
@@ -68,4 +72,33 @@ def subgroup_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
             " not lazily on a path only some ranks take."
         ),
         confirm=f"{capitalized(rank_label(skipped))}'s code path never reaches {waiting.where()}",
+    )
+
+
+def _later_group_barrier(evidence: EvidenceSet) -> Iterator[Finding]:
+    """new_group's store-based barrier (torch 1.x-2.1) short of the world: the key numbers
+    the groups made, so key 2 and up is a group after the world's."""
+    short = [
+        (e, s)
+        for e, s in signals(evidence, "setup.store_barrier")
+        if s.fields.get("group", 1) > 1 and not s.fields.get("excess")
+    ]
+    if not short:
+        return
+    fields = short[0][1].fields
+    yield Finding(
+        title=f"only {fields['joined']} of {fields['world_size']} ranks reached a new process"
+        " group's barrier",
+        summary=f"`{short[0][1].text.strip()[:200]}`: the barrier of process group"
+        f" {fields['group']} (a new_group after the world's) counted {fields['joined']} of"
+        f" {fields['world_size']} ranks. Every rank must call new_group, members or not: the"
+        " others never called it, or are still busy elsewhere (a download, logging set-up on"
+        " rank 0).",
+        ranks=ranks_of(s for _, s in short),
+        confidence=0.45,
+        evidence=ids(short)[:12],
+        fix="Create every group up front, on every rank, in the same order (new_group,"
+        " new_subgroups, init_device_mesh); keep rank-0-only work (downloads, logger set-up)"
+        " out of the way before it, or behind a barrier all ranks reach.",
+        confirm="py-spy dump of a rank missing from the count: it is not in new_group",
     )

@@ -8,6 +8,7 @@ from triage.models import Finding, Location
 from triage.observations import RankActivity
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._hang_lines import Split, hang_log, positions_text
+from triage.rules.logs._signals import ids, ranks_of, signals
 from triage.rules.logs._trace_split import finished_side, skipped_call
 from triage.rules.stacks._hang_view import or_skipped
 from triage.text import rank_label, rank_subject
@@ -29,7 +30,9 @@ def uneven_inputs(evidence: EvidenceSet) -> Iterator[Finding]:
     opCounts) where the minority stands two or more collectives away from the majority,
     typically in another op (a final barrier, an evaluation gather) while the others are
     still in the training loop's all-reduce; or a rank's stack dump in
-    destroy_process_group or at exit while other ranks time out.
+    destroy_process_group or at exit while other ranks time out. DDP's Join saying so
+    itself: `Detected at least one rank that exhausted inputs. Throwing across all ranks.`
+    (0.8).
 
     Why it happens:
     Ranks got different numbers of batches: a dataset split without DistributedSampler,
@@ -51,6 +54,22 @@ def uneven_inputs(evidence: EvidenceSet) -> Iterator[Finding]:
     References:
     torch.distributed.algorithms.Join; torch.utils.data.DistributedSampler.
     """
+    exhausted = signals(evidence, "hang.join_exhausted")
+    if exhausted:
+        ranks = sorted({int(s.fields["rank"]) for _, s in exhausted if s.fields.get("rank")})
+        who = rank_label(ranks) if ranks else "a rank"
+        yield Finding(
+            title=f"{who} ran out of inputs before the others (DDP's Join)",
+            summary=f"`{exhausted[0][1].text.strip()[:160]}`: Join(throw_on_early_termination="
+            f"True) found {who} out of batches while the others still had some, and raised on"
+            " every rank: the ranks were given different numbers of batches.",
+            ranks=ranks or ranks_of(s for _, s in exhausted),
+            confidence=0.8,
+            evidence=ids(exhausted)[:12],
+            fix=_FIX,
+            confirm="each rank's number of batches (len(dataloader)) differs",
+        )
+        return
     view = hang_log(evidence)
     traced = view.traced
     sides = finished_side(traced) if traced is not None else None

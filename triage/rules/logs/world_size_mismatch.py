@@ -232,6 +232,8 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
         what = f"the checkpoint was saved at another {fields['dim']}{sizes}"
         found.append((0.8, what, saved, _FIX_CHECKPOINT))
     barrier = signals(evidence, "setup.store_barrier")
+    # fewer than the world at a later group's barrier: new_group's (logs.subgroup_mismatch)
+    short = [(e, s) for e, s in barrier if s.fields.get("group", 1) == 1]
     excess = [(e, s) for e, s in barrier if s.fields.get("excess")]
     if excess:
         fields = excess[0][1].fields
@@ -243,13 +245,13 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
                 _FIX_EXTRA_WORKERS,
             )
         )
-    elif barrier:
-        fields = barrier[0][1].fields
+    elif short:
+        fields = short[0][1].fields
         found.append(
             (
                 0.35,
                 f"only {fields['joined']} of {fields['world_size']} processes joined the world",
-                barrier,
+                short,
                 _FIX,
             )
         )

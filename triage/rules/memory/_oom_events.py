@@ -59,6 +59,8 @@ def fragmented(core: Core) -> float | None:
     floor = max(core.capacity * 0.05, 256 * MiB)
     if core.unallocated < floor or core.free + core.unallocated < core.requested:
         return None
+    if core.free >= 2 * core.requested + 256 * MiB:
+        return None  # the device had room for a new segment: the cache's pieces did not matter
     strong = core.unallocated >= core.requested and core.unallocated >= core.capacity * 0.1
     return 0.8 if strong else 0.6
 

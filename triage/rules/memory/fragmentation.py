@@ -56,7 +56,9 @@ def fragmentation(evidence: EvidenceSet) -> Iterator[Finding]:
     of the GPU and, with what CUDA reports free, would cover the request; a snapshot whose
     free blocks add up to more than the failed request while the largest one is smaller; or
     memory_stats with large inactive_split_bytes (free bytes stuck inside partly used
-    segments), especially with alloc retries.
+    segments), especially with alloc retries; weaker (0.45), a memory_summary() table that
+    counts an OOM, without its non-releasable row, whose reserved memory is at least twice
+    what is allocated.
 
     Why it happens:
     The allocator splits cached segments to serve smaller requests and can only return whole
@@ -133,6 +135,26 @@ def _from_dump(ev: Evidence, dump: MemoryDump) -> Scored | None:
                 f"but stuck inside partly used segments"
                 + (f", and the allocator had to retry {retries} allocations" if retries else "")
                 + "."
+            ),
+            ranks,
+            site,
+            [ev.id],
+        )
+    unused = dump.inactive or 0
+    if dump.inactive_split is None and dump.num_ooms and unused >= max(reserved * 0.5, GiB):
+        # a table without its non-releasable row: reserved against allocated is all it says,
+        # and it was printed after the OOM, when the failed step's tensors may be freed
+        return (
+            0.45,
+            (
+                f"{ev.source}: the table counts {dump.num_ooms} OOM(s) with"
+                f" {format_size(unused)} of the {format_size(reserved)} reserved unallocated"
+                + (
+                    f" (peak allocated {format_size(dump.peak_allocated)})"
+                    if dump.peak_allocated
+                    else ""
+                )
+                + ": the cache held much more than the tensors in it."
             ),
             ranks,
             site,

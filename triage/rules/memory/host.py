@@ -40,11 +40,14 @@ def host(evidence: EvidenceSet) -> Iterator[Finding]:
     """The host, not the GPU, ran out of memory: the OOM killer or an allocation failed.
 
     What it detects:
-    The kernel's OOM killer (`Out of memory: Killed process N`), Slurm's `oom-kill event`,
-    a container OOMKilled or exit code 137, a DataLoader worker killed by signal Killed,
+    The kernel's OOM killer (`Out of memory: Killed process N`, or its report's first line
+    `python invoked oom-killer: gfp_mask=...`), Slurm's `oom-kill event`, LSF's
+    `TERM_MEMLIMIT`, a container OOMKilled or exit code 137, a DataLoader worker killed by signal Killed,
     a worker SIGKILLed (-9, from torchelastic's report, DeepSpeed's `exits with return code
     = -9` or subprocess's `died with <Signals.SIGKILL: 9>`), `std::bad_alloc`, Python MemoryError,
-    torch's DefaultCPUAllocator failing, or ENOMEM (`Cannot allocate memory`); weaker (0.3),
+    torch's DefaultCPUAllocator failing, or ENOMEM (`Cannot allocate memory`); pinned host
+    memory refused (NCCL's `Failed to CUDA host alloc N bytes`, 0.5); Slurm's `Exceeded step
+    memory limit at some point` (0.4: jobs that succeed print it too); weaker (0.3),
     the launcher stopping its workers (`Killing subprocess N`, `closing signal SIGTERM`)
     while no process printed a traceback or an error.
 
