@@ -109,11 +109,20 @@ signature(
     "nan.loss_scale_floor",
     r"Current loss scale already at minimum|Minimum loss scale reached \((?P<scale>[\d.e-]+)\)"
     # apex's scaler halving below 1: every step overflows (healthy runs settle in the thousands)
-    r"|reducing loss scale to (?P<below_one>0(?:\.\d+)?|\d(?:\.\d+)?e-\d+)\b",
+    r"|reducing loss scale to (?P<below_one>0(?:\.\d+)?|\d(?:\.\d+)?e-\d+)\b"
+    # fairseq's (`overflow detected, setting loss scale to: 0.25`), and DeepSpeed's and
+    # FP16_Optimizer's at their floor of 1 (`Attempted loss scale: 1, reducing to 1`,
+    # `Reducing dynamic loss scale from 1 to 1`)
+    r"|setting loss scale to:? (?P<set_below_one>0\.\d+|\d(?:\.\d+)?e-\d+)\b"
+    r"|Attempted loss scale: (?P<at_floor>1(?:\.0)?)(?![\d.])"
+    r"|Reducing dynamic loss scale from (?P<from_floor>1(?:\.0)?) to 1\b",
     anchors=(
         "Current loss scale already at minimum",
         "Minimum loss scale reached",
         "reducing loss scale to ",
+        "setting loss scale to",
+        "Attempted loss scale: 1",
+        "Reducing dynamic loss scale from 1 ",
     ),
     summary="the fp16 loss scaler kept finding Inf/NaN gradients until it gave up",
 )
@@ -134,7 +143,9 @@ signature(
 
 signature(
     "nan.found",
-    r"(?i)\b(?:found|detected)\s+(?:a\s+)?(?:nan|inf)s?(?:\s*/\s*inf)?\s+(?:values?\s+)?in\s+(?P<what>[\w .]{1,60})"
+    # Lightning: `Detected nan and/or inf values in `model.encoder.weight``
+    r"(?i)\b(?:found|detected)\s+(?:a\s+)?(?:nan|inf)s?(?:\s*(?:/|and/or)\s*inf)?\s+"
+    r"(?:values?\s+)?in\s+`?(?P<what>[\w .]{1,60})"
     r"|\b(?:nan|inf)s?(?: or inf)?\s+(?:values?\s+)?(?:found|detected)\s+in\s+(?P<where>[\w .]{1,60})",
     anchors=(
         "found NaN",
@@ -204,7 +215,8 @@ signature(
     r"(?i)(?:\b(?P<metric>[\w./-]*(?:loss|grad[_ ]?norm|perplexity|ppl)[\w./-]*)['\"]?"
     r"(?:\s*(?:[:=]|is|became)\s*|\s+)"
     rf"(?:tensor\()?['\"]?(?P<value>{_NAN_VALUE})\b"
-    rf"|\b(?P<value2>nan|inf)\s+loss\b|loss became infinite or nan)",
+    # mmcv's and mmengine's hook says `loss become infinite or NaN!`
+    rf"|\b(?P<value2>nan|inf)\s+loss\b|loss bec[ao]me infinite or nan)",
     anchors=(
         ": nan",
         ":nan",

@@ -68,6 +68,17 @@ signature(
     summary="Lightning logs an epoch-level metric without sync_dist: each rank reports its own shard",
 )
 
+# DeiT's and MAE's evaluation (and the scripts copied from them) warn before padding the
+# sampler: `Warning: Enabling distributed evaluation with an eval dataset not divisible by
+# process number. This will slightly alter validation results as extra duplicate entries are
+# added to achieve equal num of samples per-process.`
+signature(
+    "eval.padded_warning",
+    r"Enabling distributed evaluation with an eval dataset not divisible by process number",
+    anchors="eval dataset not divisible by process number",
+    summary="distributed evaluation pads the dataset with duplicates to split it evenly",
+)
+
 signature(
     "eval.gather_remainder",
     r"The used dataset had no length, returning gathered tensors\. You should drop the remainder yourself",
@@ -79,9 +90,10 @@ signature(
 # the samples evaluated with the dataset's length after distributed evaluation.
 signature(
     "eval.samples_mismatch",
-    r"It looks like the dataset has (?P<dataset>\d+) samples, but (?P<used>\d+) samples were"
-    r" used for the validation",
-    anchors="samples were used for the validation",
+    # the video references say `sampler has` and spell it `teh validation`
+    r"It looks like the (?:dataset|sampler) has (?P<dataset>\d+) samples, but (?P<used>\d+)"
+    r" samples were used for te?he? validation",
+    anchors=("samples were used for the validation", "samples were used for teh validation"),
     summary="evaluation saw more or fewer samples than the dataset holds (sampler padding or"
     " drop_last)",
     extract=lambda m: {"dataset": int(m["dataset"]), "used": int(m["used"])},

@@ -54,7 +54,8 @@ def eval_sharding(evidence: EvidenceSet) -> Iterator[Finding]:
     What it detects:
     Lightning's `Using DistributedSampler with the dataloaders. During trainer.validate(),
     it is recommended to use Trainer(devices=1, num_nodes=1) to ensure each sample/batch gets
-    evaluated exactly once`, its `It is recommended to use self.log('val_acc', ...,
+    evaluated exactly once` (and DeiT's and MAE's `Enabling distributed evaluation with an
+    eval dataset not divisible by process number`), its `It is recommended to use self.log('val_acc', ...,
     sync_dist=True) when logging on epoch level in distributed setting`, and accelerate's
     `The used dataset had no length, returning gathered tensors. You should drop the
     remainder yourself.`; torchvision's reference scripts' count after evaluation (`It looks
@@ -85,7 +86,7 @@ def eval_sharding(evidence: EvidenceSet) -> Iterator[Finding]:
     torch.utils.data.distributed.DistributedSampler (drop_last, padding);
     LightningModule.log(sync_dist); accelerate Accelerator.gather_for_metrics.
     """
-    sampler = signals(evidence, "eval.distributed_sampler")
+    sampler = signals(evidence, "eval.distributed_sampler", "eval.padded_warning")
     unsynced = signals(evidence, "eval.metric_not_synced")
     remainder = signals(evidence, "eval.gather_remainder")
     counted = signals(evidence, "eval.samples_mismatch")

@@ -48,8 +48,11 @@ def nan(evidence: EvidenceSet) -> Iterator[Finding]:
     What it detects:
     Anomaly mode's `Function 'XBackward0' returned nan values in its 0th output`,
     clip_grad_norm_'s `total norm ... is non-finite`, loss scalers giving up (`Current loss
-    scale already at minimum`, `Minimum loss scale reached`), `FloatingPointError` (e.g.
-    `Loss became infinite or NaN at iteration=N`), training loops printing `Loss is nan`,
+    scale already at minimum`, `Minimum loss scale reached`) or at their floor (apex's and
+    fairseq's scale set below 1, DeepSpeed's and FP16_Optimizer's `Attempted loss scale: 1`:
+    every step overflows; a scale in the thousands halving is the scaler at work),
+    `FloatingPointError` (e.g. `Loss became infinite or NaN at iteration=N`), training loops
+    printing `Loss is nan`,
     `'loss': nan`, `grad_norm: inf`, `found NaN in local grad norm`, a probe's count of
     NaNs above zero (`n_nan=127/127`, `nan_count: 3`, `has_nan=True`), and sampling's
     `probability tensor contains either inf, nan or element < 0`.

@@ -14,7 +14,7 @@ from triage.rules.logs._rank_prints import (
     printed,
     without_rank,
 )
-from triage.rules.logs._signals import shows_failure
+from triage.rules.logs._signals import ids, shows_failure, signals
 
 #: Names whose values differ per rank by design (where it runs, what it drew, how it did).
 _PER_RANK = re.compile(
@@ -56,6 +56,9 @@ def rank_state_differs(evidence: EvidenceSet) -> Iterator[Finding]:
     the temporary it came from) before it is used; for weights, seed every rank alike before
     building the model, or let DDP/FSDP broadcast rank 0's module state at wrap time.
 
+    Megatron's `Parameter hashes not matching across DP replicas` (0.45: its check of every
+    parameter's hash across the data-parallel group).
+
     Known false positives:
     A value that legitimately depends on the rank under a name the list above does not know
     (a per-rank schedule, a rank's own shard id). The finding is weak, and it is not made
@@ -64,6 +67,27 @@ def rank_state_differs(evidence: EvidenceSet) -> Iterator[Finding]:
     References:
     https://pytorch.org/docs/stable/notes/ddp.html
     """
+    hashes = signals(evidence, "replicas.hashes_differ")
+    if hashes:
+        yield Finding(
+            title="the data-parallel replicas' weights differ (Megatron's hash check)",
+            summary=f"`{hashes[0][1].text.strip()[:160]}`: the replicas of one model hold"
+            " different weights. Before the first iteration that is how they started (a"
+            " checkpoint loaded differently, an init without a shared seed, parameters a"
+            " parallel layout shards on purpose); later it is a gradient or update some"
+            " replicas did not share.",
+            ranks=[],
+            confidence=0.45,
+            evidence=ids(hashes)[:8],
+            fix="Find the first parameter that differs (Megatron logs its name per rank with"
+            " the check) and when: at iteration 0, load and initialise every replica alike"
+            " (one seed, one checkpoint, every rank); later, look for gradients reduced over"
+            " a smaller group than the data-parallel one (a custom optimizer or a parameter"
+            " outside the DDP buckets).",
+            confirm="the check passes right after loading and fails only after some"
+            " iterations (an update) or fails at once (the start)",
+        )
+        return
     if shows_failure(evidence):
         return
     for entry in printed(evidence):
