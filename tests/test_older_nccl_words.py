@@ -64,3 +64,22 @@ def test_a_trace_through_the_socket_header_is_the_networks_not_dev_shm(tmp_path:
     line = "696b7901f9044f23b786795c0ef7257b000000:39:298 [0] NCCL INFO include/socket.h:445 -> 2"
     causes = [h.cause_id for h in analyze_files(tmp_path, {"rank0.log": line + "\n"}).hypotheses]
     assert "comm.shm_exhausted" not in causes and causes[0].startswith("comm.")
+
+
+def test_nccl_2_3s_interface_lines_read_as_the_bootstrap_line(tmp_path: Path) -> None:
+    """NCCL 2.3 named each interface it took (`NET : Using interface lo:127.0.0.1<0>`,
+    horovod/horovod#584) where later releases print `Bootstrap : Using lo:127.0.0.1<0>`."""
+    old = (
+        "node-a:4152:4206 [0] NCCL INFO NET : Using interface lo:127.0.0.1<0>\n"
+        "node-a:4153:4209 [1] include/socket.h:361 NCCL WARN Call to connect timeout :"
+        " Connection refused\n"
+        "node-b:5152:5206 [0] NCCL INFO NET : Using interface lo:127.0.0.1<0>\n"
+    )
+    (tmp_path / "old").mkdir()
+    (tmp_path / "new").mkdir()
+    new = old.replace("NET : Using interface ", "Bootstrap : Using ")
+    read = [
+        analyze_files(tmp_path / name, {"x.log": text}).hypotheses[0]
+        for name, text in (("old", old), ("new", new))
+    ]
+    assert [(h.cause_id, h.confidence) for h in read] == [("comm.wrong_interface", 0.75)] * 2

@@ -59,8 +59,9 @@ def _bootstrap(found: re.Match[str]) -> dict[str, Any]:
 
 signature(
     "nccl.bootstrap_interface",
-    r"Bootstrap ?: Using (?P<interface>[\w.\-@]+?):(?P<address>[^\s<]+)<\d+>",
-    anchors=("Bootstrap : Using", "Bootstrap: Using"),
+    # NCCL 2.3 named each interface it took on a line: `NET : Using interface lo:127.0.0.1<0>`
+    r"(?:Bootstrap ?: Using|NET : Using interface) (?P<interface>[\w.\-@]+?):(?P<address>[^\s<]+)<\d+>",
+    anchors=("Bootstrap : Using", "Bootstrap: Using", "NET : Using interface"),
     summary="the interface NCCL's bootstrap (out-of-band) network uses",
     extract=_bootstrap,
 )
