@@ -2,7 +2,7 @@
 sources word them (tests/fixtures/hang_words.json, each with its issue or source): a later
 group's store barrier short of the world, NCCL's kernels finding a mismatch, DDP's Join, the
 process group guessing a rank's GPU, torchelastic's agent still joining its rendezvous; and
-an excerpt of NCCL set-up that is not a stall."""
+one line of NCCL set-up quoted alone, which is not a stall."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def test_the_worlds_own_store_barrier_short_of_ranks_stays_a_world_size_question
     assert (top.cause_id, top.confidence) == ("config.world_size_mismatch", 0.35)
 
 
-def test_a_few_lines_of_nccl_set_up_are_an_excerpt_not_a_stall(tmp_path: Path) -> None:
-    report = analyze_files(tmp_path, {"rank0.log": PASTES["nccl_setup_excerpt"]["text"]})
+def test_one_line_of_nccl_set_up_is_a_quote_not_a_stall(tmp_path: Path) -> None:
+    report = analyze_files(tmp_path, {"rank0.log": PASTES["nccl_setup_line"]["text"]})
     p2p = [h for h in report.hypotheses if h.cause_id == "comm.p2p_unsupported"]
     assert p2p and p2p[0].confidence <= 0.3

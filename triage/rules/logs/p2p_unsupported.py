@@ -8,13 +8,13 @@ from collections.abc import Iterator
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._comm_view import comm_view, quote, stopped_after_setup, stopped_in_nvls
-from triage.rules.logs._signals import ids, ranks_of
+from triage.rules.logs._signals import ids, ranks_of, signals
 from triage.text import rank_label
 
 _SETUP = re.compile(r"init_process_group|ProcessGroup|all_reduce|barrier|NCCL|peer access")
-#: NCCL set-up lines a log needs before its end reads as a stall (versions, the network,
-#: init, channels); fewer are an excerpt someone pasted.
-_SETUP_LINES = 3
+#: NCCL lines a log needs before its end reads as a stall; one alone is a line someone
+#: quoted, not a log that stopped.
+_NCCL_LINES = 2
 _FIX = (
     "Disable the IOMMU for GPU traffic (BIOS VT-d/AMD-Vi off, or `iommu=pt` / "
     "`intel_iommu=off` / `amd_iommu=off` on the kernel command line) and ACS on the PCIe "
@@ -52,9 +52,9 @@ def p2p_unsupported(evidence: EvidenceSet) -> Iterator[Finding]:
     works around it. Confirm with the CUDA samples' p2pBandwidthLatencyTest.
 
     Known false positives:
-    A log cut short by the person who pasted it looks like a stall (with fewer than three
-    set-up lines it scores 0.3 at most); on several hosts the
-    network (wrong interface, InfiniBand) is the likelier cause and this rule stays quiet.
+    A log cut short by the person who pasted it looks like a stall (a single NCCL line
+    scores 0.3 at most); on several hosts the network (wrong interface, InfiniBand) is the
+    likelier cause and this rule stays quiet.
 
     References:
     NCCL troubleshooting guide, "PCI Access Control Services (ACS)" and "IOMMU"; NVIDIA/nccl
@@ -100,7 +100,7 @@ def p2p_unsupported(evidence: EvidenceSet) -> Iterator[Finding]:
         confidence, when = 0.3, "stops right after its communicators are set up"
     else:
         return
-    if len(setup) < _SETUP_LINES:  # a line or two of set-up: a paste's excerpt, not a stall
+    if len([s for _, s in signals(evidence) if s.signature.startswith("nccl.")]) < _NCCL_LINES:
         confidence = min(confidence, 0.3)
     injected = overrides.get("NCCL_TOPO_FILE") or overrides.get("NCCL_GRAPH_FILE")
     if injected:  # NCCL did not probe this machine: a file that does not fit it stalls alike
