@@ -1,8 +1,9 @@
 """What a hang's logs say in words the rules read as its cause, as reports and torch's
 sources word them (tests/fixtures/hang_words.json, each with its issue or source): a later
 group's store barrier short of the world, NCCL's kernels finding a mismatch, DDP's Join, the
-process group guessing a rank's GPU, torchelastic's agent still joining its rendezvous; and
-one line of NCCL set-up quoted alone, which is not a stall."""
+process group guessing a rank's GPU, torchelastic's agent still joining its rendezvous, vLLM's
+workers no longer reading its broadcast queue; and one line of NCCL set-up quoted alone,
+which is not a stall."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ PASTES = json.loads((REPO / "tests" / "fixtures" / "hang_words.json").read_text(
         ("join_exhausted", "hang.uneven_inputs", 0.8),
         ("best_guess_gpu", "config.device_assignment", 0.3),
         ("elastic_join", "comm.rendezvous", 0.2),
+        ("vllm_broadcast_wait", "hang.unknown", 0.2),
     ],
 )
 def test_the_hang_words_name_their_cause(

@@ -22,6 +22,7 @@ PASTES = json.loads((REPO / "tests" / "fixtures" / "trainer_words.json").read_te
         ("ddp_interactive", "config.launcher_args", 0.75),
         ("mixed_precision", "config.launcher_args", 0.7),
         ("deepspeed_config_differs", "config.launcher_args", 0.7),
+        ("deepspeed_config_wrapped", "config.launcher_args", 0.7),
         ("lightning_accumulation", "config.launcher_args", 0.7),
         ("main_guard", "config.launcher_args", 0.7),
         ("init_twice", "config.launcher_args", 0.55),

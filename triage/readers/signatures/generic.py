@@ -23,7 +23,11 @@ signature(
     r"CE deadlock DETECTED|"
     # torch 1.7's NCCL timeouts: NCCL_BLOCKING_WAIT's `Operation timed out!`, the async error
     # handler's `NCCL Operation Timed Out`
-    r"^(?:RuntimeError: )?Operation timed out!|NCCL Operation Timed Out",
+    r"^(?:RuntimeError: )?Operation timed out!|NCCL Operation Timed Out|"
+    # vLLM's message queue from the driver to its workers: a worker stopped reading
+    # (`No available shared memory broadcast block found in 60 seconds`; before 0.6.4 `No
+    # available block found in 60 second.`)
+    r"No available (?:shared memory broadcast )?block found in \d+ seconds?",
     anchors=(
         "collective operation timeout",
         "Detected mismatch between collectives",
@@ -50,6 +54,8 @@ signature(
         "CE deadlock DETECTED",
         "Operation timed out!",
         "NCCL Operation Timed Out",
+        "No available shared memory broadcast block found",
+        "No available block found in",
     ),
     summary="a collective timed out, stalled or mismatched across ranks (cause not named)",
 )

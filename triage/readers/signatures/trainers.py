@@ -12,12 +12,13 @@ from triage.readers.signatures import signature
 
 signature(
     "trainer.deepspeed_config_differs",
-    r"Please correct the following DeepSpeed config values that mismatch TrainingArguments values"
+    r"Please correct the following DeepSpeed config values that mismatch(?: TrainingArguments"
+    r" values)?"
     r"|`--mixed_precision` arg cannot be set to `(?P<precision>\w+)` when `(?P<ds_precision>\w+)`"
     r" is set in the DeepSpeed config file"
     r"|Do not set `gradient_accumulation_steps` in the DeepSpeed config as this will be set with",
     anchors=(
-        "mismatch TrainingArguments values",
+        "DeepSpeed config values that mismatch",
         "is set in the DeepSpeed config file",
         "Do not set `gradient_accumulation_steps` in the DeepSpeed config",
     ),
