@@ -1,7 +1,8 @@
 """Memory running out in words beyond the caching allocator's own message, as reports paste
 them (tests/fixtures/memory_words.json, each with its issue or source): DeepSpeed's cache
-flushes, the inference engines' KV-cache budgets, a memory_summary() table, other
-accelerators, the schedulers' and the kernel's limits, pinned host memory."""
+flushes, the inference engines' KV-cache budgets, a memory_summary() table, an OOM's numbers
+on a line of their own, other accelerators, the schedulers' and the kernel's limits, pinned
+host memory."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ PASTES = json.loads((REPO / "tests" / "fixtures" / "memory_words.json").read_tex
         ("lsf_memlimit", "oom.host", 0.85),
         ("oom_killer_invoked", "oom.host", 0.85),
         ("nccl_host_alloc", "oom.host", 0.5),
+        ("numbers_alone", "oom.other_process", 0.65),
     ],
 )
 def test_the_memory_words_name_their_cause(

@@ -25,7 +25,6 @@ PASTES = json.loads((REPO / "tests" / "fixtures" / "trainer_words.json").read_te
         ("deepspeed_config_wrapped", "config.launcher_args", 0.7),
         ("lightning_accumulation", "config.launcher_args", 0.7),
         ("main_guard", "config.launcher_args", 0.7),
-        ("init_twice", "config.launcher_args", 0.55),
         ("nproc_empty", "config.launcher_args", 0.55),
         ("port_number", "config.launcher_args", 0.55),
         ("unpicklable", "config.launcher_args", 0.45),

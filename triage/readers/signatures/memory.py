@@ -127,7 +127,7 @@ def cuda_oom_numbers(line: str) -> dict[str, Any]:
 
 def _cuda_oom(found: re.Match[str]) -> dict[str, Any]:
     out = cuda_oom_numbers(found.string)
-    requested = parse_size(found["requested_text"])
+    requested = parse_size(found["requested_text"] or found["requested_wrapped"])
     if requested is not None:
         out["requested"] = requested
     return out
@@ -155,8 +155,12 @@ signature(
     rf"(?P<api>CUDA|HIP|XPU|NPU) out of memory\.(?: Tried to allocate (?P<requested_text>{SIZE}|more than \S+))?"
     # Apple's MPS: `MPS backend out of memory (MPS allocated: 8.89 GB, other allocations:
     # 172.98 MB, max allowed: 9.07 GB). Tried to allocate 6.25 MB on private pool.`
-    r"|(?P<mps>MPS) backend out of memory \(MPS allocated",
-    anchors=("out of memory.", "MPS backend out of memory"),
+    r"|(?P<mps>MPS) backend out of memory \(MPS allocated"
+    # torch 1.x's numbers on a line of their own (the message wrapped after `CUDA out of
+    # memory.`, or pasted from there): `Tried to allocate 216.00 MiB (GPU 0; 7.92 GiB total
+    # capacity; ...)`
+    rf"|^\s*Tried to allocate (?P<requested_wrapped>{SIZE}) \((?:GPU|NPU) \d+; ",
+    anchors=("out of memory.", "MPS backend out of memory", "Tried to allocate"),
     summary="the CUDA caching allocator could not serve a request; the line holds its numbers",
     extract=_cuda_oom,
 )

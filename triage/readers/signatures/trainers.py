@@ -37,15 +37,10 @@ signature(
 signature(
     "trainer.launch_value",
     r"Unsupported nproc_per_node value: (?P<nproc>\S*)"
-    r"|The port number of the rendezvous endpoint '(?P<endpoint>[^']*)' must be an integer"
-    r"|trying to initialize the default process group twice",
-    anchors=(
-        "Unsupported nproc_per_node value",
-        "The port number of the rendezvous endpoint",
-        "trying to initialize the default process group twice",
-    ),
+    r"|The port number of the rendezvous endpoint '(?P<endpoint>[^']*)' must be an integer",
+    anchors=("Unsupported nproc_per_node value", "The port number of the rendezvous endpoint"),
     summary="a launch option's value the launcher cannot use (an empty --nproc_per_node, a port"
-    " that is not a number), or init_process_group run a second time in one process",
+    " that is not a number)",
 )
 
 # The spawn start method (mp.spawn, Lightning's ddp_spawn, DataLoader workers on macOS and

@@ -76,9 +76,8 @@ def launcher_args(evidence: EvidenceSet) -> Iterator[Finding]:
     bootstrapping phase`, 0.7) or failing to pickle what a process runs (`Can't pickle local
     object`, 0.45: a DataLoader or a logger can hold it too); a launch option's value
     (torchrun's `Unsupported nproc_per_node value: ''`, accelerate's `The port number of the
-    rendezvous endpoint 'None:None' must be an integer`) or init_process_group run twice
-    (0.55). The scheduler's or MPI's refusal of the launch
-    line: srun's `Unable to create step for job 4123: More processors requested than
+    rendezvous endpoint 'None:None' must be an integer`, 0.55). The scheduler's or MPI's
+    refusal of the launch line: srun's `Unable to create step for job 4123: More processors requested than
     permitted` (0.7), srun waiting on resources another step holds (`step creation
     temporarily disabled, retrying (Requested nodes are busy)`, 0.6: an srun inside a script
     srun started; not when `Step created for StepId=...` follows), mpirun's `There are not enough slots available in the system to satisfy
@@ -329,12 +328,10 @@ _SETTINGS = (
     (
         "trainer.launch_value",
         0.55,
-        "a launch option's value the launcher cannot use, or a second init_process_group",
+        "a launch option's value the launcher cannot use",
         "Check the launch line's values as the shell expands them: --nproc_per_node a number"
         " (an unset variable leaves it empty), --main_process_port/--master_port a number and"
-        " the options in the order the launcher expects; call init_process_group once per"
-        " process (accelerate, Lightning and DeepSpeed call it for you: guard your own call"
-        " with torch.distributed.is_initialized()).",
+        " the options in the order the launcher expects.",
     ),
     (
         "spawn.unpicklable",
