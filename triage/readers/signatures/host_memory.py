@@ -205,7 +205,10 @@ signature(
 
 signature(
     "memory.enomem",
-    r"^(?!.*(?:ibv_|NET/IB|memlock|MEMLOCK)).*?[Cc]annot allocate memory",
+    # RDMA's registrations (ibverbs, libfabric, EFA, the OFI plugin) run out of locked memory,
+    # not host RAM
+    r"^(?!.*(?:ibv_|NET/IB|NET/OFI|[Ll]ibfabric|\befa|memlock|MEMLOCK|register MR|RC: -12))"
+    r".*?[Cc]annot allocate memory",
     anchors=("Cannot allocate memory", "cannot allocate memory"),
     summary="a system call failed with ENOMEM (host memory or a memory limit exhausted); "
     "InfiniBand memory registration (ibv_reg_mr, a memlock limit) is not host OOM",

@@ -23,7 +23,8 @@ def _verbs(found: re.Match[str]) -> dict[str, Any]:
 
 signature(
     "nccl.ib_verbs_failed",
-    r"\b(?P<call>ibv_[a-z0-9_]+) failed(?: with (?:error )?(?:\d+ )?(?P<reason>[^,]+))?",
+    # rdma-core's own wording keeps the call's parentheses: `ibv_create_cq() failed: ...`
+    r"\b(?P<call>ibv_[a-z0-9_]+)(?:\(\))? failed(?:(?: with (?:error )?(?:\d+ )?|: )(?P<reason>[^,]+))?",
     anchors="ibv_",
     summary="an InfiniBand verbs call failed (memory registration, queue pair setup or state change)",
     extract=_verbs,
@@ -82,6 +83,45 @@ signature(
         "completion queue entries",
     ),
     summary="NCCL's OFI (libfabric/EFA) plugin failed a request to a peer",
+)
+
+# Any other warning of the OFI plugin, and its failure to start: no EFA provider in the
+# container (its /dev/infiniband not passed in), none on the instance, an unsupported
+# provider. A single host without EFA then runs over sockets: a start failure matters when
+# the job spans hosts.
+signature(
+    "nccl.ofi_warn",
+    r"NCCL WARN NET/OFI\s*:?\s*(?P<what>\S.*)"
+    r"|NET/OFI (?P<init>aws-ofi-nccl initialization failed|No eligible providers were found"
+    r"|Could(?:n't| not) find any optimal provider)",
+    anchors=(
+        "NCCL WARN NET/OFI",
+        "aws-ofi-nccl initialization failed",
+        "No eligible providers were found",
+        "find any optimal provider",
+    ),
+    summary="NCCL's OFI (libfabric/EFA) plugin warned of a failure, or could not start",
+)
+
+# libfabric's own log (FI_LOG_LEVEL=warn, and what its EFA provider prints before it aborts):
+# `libfabric:718892:1658904526::efa:mr:efa_mr_regattr():632<warn> Unable to register MR:
+# Cannot allocate memory`, `Libfabric error: (-12) Cannot allocate memory`.
+signature(
+    "libfabric.warn",
+    r"libfabric:\d+:\d+:+(?P<provider>\w+):\S*?<warn> (?P<what>.+)"
+    r"|Libfabric (?:EFA provider has encountered an internal error|error: \((?P<rc>-\d+)\)"
+    r" (?P<error>.+))",
+    anchors=("<warn> ", "Libfabric EFA provider has encountered", "Libfabric error: ("),
+    summary="libfabric (the EFA or verbs provider under NCCL's OFI plugin) reported a failure",
+)
+
+# The kernel's RDMA driver refusing a command (dmesg): `infiniband efa_0: Failed to process
+# command REG_MR (opcode 7) comp_status 1 err -12`, `infiniband mlx5_0: ...`.
+signature(
+    "ib.kernel_device_error",
+    r"infiniband (?P<device>\w+): Failed to (?P<what>.+)",
+    anchors="infiniband ",
+    summary="the kernel's RDMA device driver failed a command (memory registration, a PD)",
 )
 
 signature(

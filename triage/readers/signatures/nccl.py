@@ -340,12 +340,17 @@ signature(
 signature(
     "nccl.no_interface",
     r"(?:no socket interface found|No usable listening interface found"
-    r"|No interface found in the same subnet as remote address (?P<remote>\S+))",
+    r"|No interface found in the same subnet as remote address (?P<remote>\S+)"
+    # GCP's GPUDirect-TCPX and TCPXO (FasTrak) net plugins: `NET/GPUDirectTCPX : no ctrl
+    # interface found`, `NET/FasTrak ...: No interfaces found for ctrl dev name eth9`
+    r"|NET/(?P<plugin>GPUDirectTCPX|FasTrak)\b.*?:\s*[Nn]o (?:ctrl )?interfaces? found)",
     anchors=(
         "no socket interface found",
         "No socket interface found",
         "No usable listening interface found",
         "No interface found in the same subnet",
+        "NET/GPUDirectTCPX",
+        "NET/FasTrak",
     ),
     summary="NCCL found no usable network interface (NCCL_SOCKET_IFNAME names none that exists)",
 )

@@ -123,7 +123,10 @@ signature(
 
 signature(
     "nccl.undefined_symbol",
-    r"undefined symbol: (?P<symbol>nccl\w+)",
-    anchors="undefined symbol: nccl",
+    r"undefined symbol: (?P<symbol>nccl\w+)"
+    # a net plugin built against a newer libfabric than the one loaded: `dlerror=.../
+    # libfabric.so.1: version `FABRIC_1.7' not found (required by .../libnccl-net.so)`
+    r"|version `(?P<version>FABRIC_[\d.]+|NCCL_[\d.]+)' not found \(required by",
+    anchors=("undefined symbol: nccl", "' not found (required by"),
     summary="a binary expects an NCCL function the loaded libnccl does not have (version mix)",
 )

@@ -40,6 +40,8 @@ _PORT_FIX = (
     " InfiniBand, the subnet manager (opensm); a port the job is not meant to use can be left"
     " out with NCCL_IB_HCA."
 )
+#: ENOMEM in an RDMA layer's words: a registration over the locked-memory limit.
+_ENOMEM = re.compile(r"Cannot allocate memory|\b(?:err|RC:) ?-12\b|\[-12\]|\(-12\)")
 _QP_FIX = (
     "Check the fabric between the hosts with `ibv_devinfo` (ports ACTIVE), `show_gids` and "
     "perftest (`ib_write_bw`) using the same device and GID; set NCCL_IB_GID_INDEX to the "
@@ -63,7 +65,12 @@ def infiniband(evidence: EvidenceSet) -> Iterator[Finding]:
     and a multi-host NCCL log over IB that stops during communicator setup. NCCL's OFI
     plugin (aws-ofi-nccl: EFA, libfabric) reporting `NET/OFI Request ... completed with
     error`, a remote write completed with error, `Unable to insert remote address into address
-    vector` or an unreadable completion queue (0.6; 0.4 beside another rank's own failure).
+    vector` or an unreadable completion queue (0.6; 0.4 beside another rank's own failure);
+    when nothing more specific reads (0.5), any other `NCCL WARN NET/OFI ...`, the plugin
+    failing to start (`aws-ofi-nccl initialization failed`, `Could not find any optimal
+    provider`), libfabric's own `<warn>` lines and `Libfabric error: (-12) ...`, the kernel's
+    `infiniband efa_0: Failed to process command REG_MR`; those that say Cannot allocate
+    memory (or -12) are a registration over the locked-memory limit (0.6).
 
     Why it happens:
     Memory registration needs locked memory (`ulimit -l`, often 64 KB in containers) and,
@@ -190,6 +197,20 @@ def _findings(view: CommView) -> list[Found]:
                 0.4 if view.origins else 0.6,
                 f"NCCL's OFI (libfabric/EFA) plugin: {what[:1].lower() + what[1:]}",
                 ofi,
+                _OFI_FIX,
+            )
+        )
+    fabric = view.of("nccl.ofi_warn", "libfabric.warn", "ib.kernel_device_error")
+    if fabric and not found:
+        enomem = [item for item in fabric if _ENOMEM.search(item[1].text)]
+        what = str(fabric[0][1].fields.get("what") or fabric[0][1].text).strip()[:120]
+        found.append(
+            (0.6, "RDMA memory registration ran out of locked memory", enomem, _MEMLOCK_FIX)
+            if enomem
+            else (
+                0.4 if view.origins else 0.5,
+                f"the EFA/libfabric transport reported a failure ({what})",
+                fabric,
                 _OFI_FIX,
             )
         )

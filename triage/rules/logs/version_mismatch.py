@@ -23,7 +23,9 @@ def version_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     prior to CUDA 11.3` (0.65: a driver older than NCCL needs);
     different `NCCL version X` across ranks, hosts or log files; `CUDA driver version is
     insufficient for CUDA runtime version`; torch's `NVIDIA driver on your system is too
-    old`; `undefined symbol: nccl...` (a torch build linked against another libnccl); NCCL
+    old`; `undefined symbol: nccl...` (a torch build linked against another libnccl), and a
+    net plugin's `version `FABRIC_1.7' not found (required by .../libnccl-net.so)` (0.6:
+    NCCL goes on over sockets without it); NCCL
     bootstrap `Message truncated` (peers speak different NCCL protocols); NCCL's `Cuda
     failure 'named symbol not found'` or `no kernel image` (its kernels predate the GPU);
     Ray's `Version mismatch: The cluster was started with:` (a job whose Ray or Python
@@ -196,15 +198,15 @@ def _findings(view: CommView) -> list[Found]:
         )
     symbols = view.of("nccl.undefined_symbol")
     if symbols:
-        symbol = symbols[0][1].fields.get("symbol")
-        found.append(
-            (
-                0.85,
-                f"the loaded libnccl lacks {symbol}: torch was built against another NCCL",
-                symbols,
-                _SAME_ENV,
-            )
+        fields = symbols[0][1].fields
+        what = (
+            f"the loaded libnccl lacks {fields['symbol']}: torch was built against another NCCL"
+            if fields.get("symbol")
+            else f"NCCL's net plugin needs {fields.get('version')}, which the library it loads"
+            " lacks: the plugin was built against a newer one"
         )
+        # NCCL goes on without the plugin (over sockets): slow, or failing across hosts
+        found.append((0.85 if fields.get("symbol") else 0.6, what, symbols, _SAME_ENV))
     arch = view.of("nccl.cuda_arch_missing")
     if arch:
         reason = arch[0][1].fields.get("reason")

@@ -24,7 +24,9 @@ def wrong_interface(evidence: EvidenceSet) -> Iterator[Finding]:
     interface), its loopback fallback, pairs connecting to `[127.0.1.1]` and
     `connectFullMesh failed`; NCCL's `no socket interface found` / `NET/Socket : no
     interface found` / `no device found matching ib0, verify NCCL_OOB_NET_IFNAME` / `No usable
-    listening interface found` (NCCL_SOCKET_IFNAME matches nothing); NCCL's `Socket creation
+    listening interface found` (NCCL_SOCKET_IFNAME matches nothing), and GCP's TCPX/TCPXO
+    plugins' `NET/GPUDirectTCPX : no ctrl interface found` (their NCCL_GPUDIRECTTCPX_* or
+    NCCL_FASTRAK_* interface names match none the pod has); NCCL's `Socket creation
     failed : Address family not supported by protocol` (an IPv6 address where the kernel or
     container has none, or no IP interface in the container); NCCL connections to a
     docker0, loopback or link-local address; a bootstrap on docker0/lo in a multi-host job;
