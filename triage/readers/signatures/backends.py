@@ -88,8 +88,14 @@ signature(
 
 signature(
     "setup.tensor_device",
-    r"Tensors? must be CUDA and dense",
-    anchors="must be CUDA and dense",
+    # the other device backends' (XCCL, HCCL) say their own device: `Tensors must be XPU and dense`
+    r"Tensors? must be (?:CUDA|XPU|NPU|HPU) and dense",
+    anchors=(
+        "must be CUDA and dense",
+        "must be XPU and dense",
+        "must be NPU and dense",
+        "must be HPU and dense",
+    ),
     summary="NCCL was given a CPU (or sparse) tensor",
 )
 
@@ -107,9 +113,22 @@ signature(
     r"\b(?:ProcessGroup ?(?P<group>\w*?)|Backend (?P<backend>\w+)) ?does not support (?P<op>\w+)\b"
     # DTensor's warning when it runs the op another way (`... reduce_scatter, falling back
     # with all reduce!`) is no failure
-    r"(?!,? falling back)",
-    anchors="does not support",
+    r"(?!,? falling back)"
+    # the device backends' own words: `scatter is currently not supported with HCCL`,
+    # `broadcast isn't implemented on backend [xpu]`
+    r"|\b(?P<op2>\w+) is currently not supported with (?P<backend2>HCCL|XCCL|HCCL backend)"
+    r"|\b(?P<op3>\w+) isn't implemented on backend \[(?P<backend3>\w+)\]",
+    anchors=("does not support", "is currently not supported with", "isn't implemented on backend"),
     summary="the process group's backend does not implement this collective",
+    extract=lambda found: {
+        key: value
+        for key, value in (
+            ("op", found["op"] or found["op2"] or found["op3"]),
+            ("group", found["group"]),
+            ("backend", found["backend"] or found["backend2"] or found["backend3"]),
+        )
+        if value
+    },
 )
 
 signature(

@@ -87,9 +87,19 @@ signature(
 
 signature(
     "c10d.store_connect",
-    r"TCP client failed to connect/validate to host (?P<host>\S+?):(?P<port>\d+) - (?P<state>timed out|retrying)",
-    anchors="TCP client failed to connect",
+    r"TCP client failed to connect/validate to host (?P<host>\S+?):(?P<port>\d+) - (?P<state>timed out|retrying)"
+    # torch_xla's XRT mesh service (its rendezvous before PJRT): `Failed to connect to client
+    # mesh master: host:43781`
+    r"|Failed to connect to client mesh master: (?P<mesh_host>[^\s:]+):(?P<mesh_port>\d+)",
+    anchors=("TCP client failed to connect", "Failed to connect to client mesh master"),
     summary="the TCPStore client failed to connect to the store host",
+    extract=lambda found: (
+        {
+            "host": found["host"] or found["mesh_host"],
+            "port": found["port"] or found["mesh_port"],
+        }
+        | ({"state": found["state"]} if found["state"] else {})
+    ),
 )
 
 

@@ -27,7 +27,10 @@ signature(
     # vLLM's message queue from the driver to its workers: a worker stopped reading
     # (`No available shared memory broadcast block found in 60 seconds`; before 0.6.4 `No
     # available block found in 60 second.`)
-    r"No available (?:shared memory broadcast )?block found in \d+ seconds?",
+    r"No available (?:shared memory broadcast )?block found in \d+ seconds?|"
+    # Ascend's HCCL: `EI0006: Getting socket times out. Reason: Remote Rank did not send the
+    # data in time`, `EI0002: The wait execution of the Notify register times out`
+    r"Remote Rank did not send the data in time|The wait execution of the Notify register times out",
     anchors=(
         "collective operation timeout",
         "Detected mismatch between collectives",
@@ -56,6 +59,8 @@ signature(
         "NCCL Operation Timed Out",
         "No available shared memory broadcast block found",
         "No available block found in",
+        "Remote Rank did not send the data in time",
+        "wait execution of the Notify register times out",
     ),
     summary="a collective timed out, stalled or mismatched across ranks (cause not named)",
 )

@@ -51,7 +51,9 @@ signature(
     r"Initializing TorchBackend in DeepSpeed with backend (?P<backend>\w+)|"
     r"Added key: store_based_barrier_key:\d+ to store for rank: (?P<store_rank>\d+)|"
     # torchelastic's agent joining its rendezvous
-    r"attempts to join the next round of the rendezvous|Rendezvous'ing worker group",
+    r"attempts to join the next round of the rendezvous|Rendezvous'ing worker group|"
+    # torch_xla's XRT workers waiting for the mesh master
+    r"Waiting to connect to client mesh master",
     anchors=(
         "Initializing distributed: GLOBAL_RANK",
         "initializing ddp: GLOBAL_RANK",
@@ -59,6 +61,7 @@ signature(
         "Added key: store_based_barrier_key",
         "attempts to join the next round of the rendezvous",
         "Rendezvous'ing worker group",
+        "Waiting to connect to client mesh master",
     ),
     summary="a framework announces that it sets the process group up (Lightning, DeepSpeed, torch)",
     extract=lambda found: _announced(found),

@@ -133,8 +133,12 @@ signature(
 
 signature(
     "hang.watchdog_teardown",
-    r"Some NCCL operations have failed or timed out",
-    anchors="Some NCCL operations have failed or timed out",
+    # torch_npu's ProcessGroupHCCL words it alike
+    r"Some [NH]CCL operations have failed or timed out",
+    anchors=(
+        "Some NCCL operations have failed or timed out",
+        "Some HCCL operations have failed or timed out",
+    ),
     summary="the NCCL watchdog takes the process down after a failed or timed-out collective",
     extract=_reporter,
 )

@@ -180,7 +180,9 @@ signature(
     r"|HIP error: out of memory|hipErrorOutOfMemory|cuda runtime error \(2\) : out of memory"
     r"|error=2 : out of memory"
     # TensorRT-LLM: `CUDA runtime error in ::cudaMallocAsync(ptr, n, ...): out of memory`
-    r"|CUDA runtime error in ::cudaMalloc\w*\(.*?\): out of memory)",
+    r"|CUDA runtime error in ::cudaMalloc\w*\(.*?\): out of memory"
+    # Intel's Level Zero (XPU, oneCCL) and Habana's device memory (Gaudi)
+    r"|ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY|MODULE:PT_DEVMEM (?:Allocation failed|OOM))",
     anchors=(
         "CUDA error: out of memory",
         "CUDA Error: out of memory",
@@ -191,6 +193,8 @@ signature(
         "cuda runtime error (2) : out of memory",
         "error=2 : out of memory",
         "CUDA runtime error in ::cudaMalloc",
+        "ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY",
+        "MODULE:PT_DEVMEM",
     ),
     summary="a CUDA call outside the caching allocator (context, kernel, library) ran out of memory",
 )

@@ -184,8 +184,11 @@ signature(
 
 signature(
     "nccl.iommu",
-    r"Missing \"?iommu=pt\"? from kernel command line",
-    anchors="iommu=pt",
+    # RCCL's checks of the host (ROCm): `Missing "amd_iommu=on" from kernel command line`,
+    # `Missing "HSA_FORCE_FINE_GRAIN_PCIE=1" from environment`
+    r"Missing \"?(?:iommu=pt|amd_iommu=on|HSA_FORCE_FINE_GRAIN_PCIE=1)\"? from (?:kernel command"
+    r" line|environment)",
+    anchors=("iommu=pt", "amd_iommu=on", 'HSA_FORCE_FINE_GRAIN_PCIE=1" from environment'),
     summary="the kernel runs with the IOMMU translating GPU traffic, which can break or hang P2P",
 )
 
@@ -484,7 +487,7 @@ signature(
 signature(
     "nccl.p2p_failed",
     r"(?P<what>peer access is not supported between these two devices"
-    r"|failed to open CUDA IPC handle|cudaIpc(?:Open|Get)MemHandle\w*\)? (?:failed|returned)"
+    r"|failed to open CUDA IPC handle|(?:cuda|hip)Ipc(?:Open|Get)MemHandle\w*\)? (?:failed|returned)"
     # accelerate's refusal on consumer cards without NCCL_P2P_DISABLE/NCCL_IB_DISABLE set
     r"|Using RTX (?:3090 or )?4000 series doesn't support faster communication)",
     anchors=(
@@ -492,6 +495,9 @@ signature(
         "failed to open CUDA IPC handle",
         "cudaIpcOpenMemHandle",
         "cudaIpcGetMemHandle",
+        # RCCL's (ROCm)
+        "hipIpcGetMemHandle",
+        "hipIpcOpenMemHandle",
         "Using RTX 3090 or 4000 series",
         "Using RTX 4000 series",
     ),

@@ -243,8 +243,19 @@ signature(
 
 signature(
     "setup.devices_unavailable",
-    r"all CUDA-capable devices are busy or unavailable|CUDA-capable device\(s\) is/are busy or unavailable",
-    anchors=("devices are busy or unavailable", "is/are busy or unavailable"),
+    r"all CUDA-capable devices are busy or unavailable|CUDA-capable device\(s\) is/are busy or unavailable"
+    # the other accelerators held by another process: a TPU (`The TPU is already in use by
+    # process with pid 24811`, `open(/dev/vfio/0): Device or resource busy`), a Gaudi
+    # (`synStatus=20 [Device already acquired]`)
+    r"|The TPU is already in use by process|open\(/dev/vfio/\d+\): Device or resource busy"
+    r"|\[Device already acquired\]",
+    anchors=(
+        "devices are busy or unavailable",
+        "is/are busy or unavailable",
+        "The TPU is already in use by process",
+        "): Device or resource busy",
+        "[Device already acquired]",
+    ),
     summary="the GPU refused another context: exclusive-process mode with two ranks (or another job) on it",
 )
 

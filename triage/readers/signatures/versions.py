@@ -41,7 +41,8 @@ signature(
 
 # The CUDA stack below torch does not fit the GPU or the driver, in CUDA's and torch's words:
 # kernels not built for this GPU (`no kernel image is available`, torch's `with CUDA
-# capability sm_120 is not compatible with the current PyTorch installation`), code compiled
+# capability sm_120 is not compatible with the current PyTorch installation`, ROCm's
+# `hipErrorNoBinaryForGpu` and `HIP error: invalid device function`), code compiled
 # by a newer toolkit than the driver supports (`the provided PTX was compiled with an
 # unsupported toolchain`), a user-mode driver that differs from the kernel module (Error
 # 803, common in containers) or forward compatibility on a GPU without it (Error 804), a
@@ -52,7 +53,9 @@ signature(
 signature(
     "cuda.build_mismatch",
     r"(?P<what>(?P<arch>no kernel image is available for execution on the device"
-    r"|with CUDA capability sm_\w+ is not compatible with the current PyTorch installation)"
+    r"|with CUDA capability sm_\w+ is not compatible with the current PyTorch installation"
+    # ROCm's: the build has no code object for this GPU's gfx target
+    r"|hipErrorNoBinaryForGpu|HIP error: invalid device function)"
     r"|(?P<driver>the provided PTX was compiled with an unsupported toolchain"
     r"|unsupported display driver / cuda driver combination"
     r"|forward compatibility was attempted on non supported HW)"
@@ -65,6 +68,8 @@ signature(
     anchors=(
         "no kernel image is available",
         "is not compatible with the current PyTorch installation",
+        "hipErrorNoBinaryForGpu",
+        "HIP error: invalid device function",
         "PTX was compiled with an unsupported toolchain",
         "unsupported display driver / cuda driver combination",
         "forward compatibility was attempted",

@@ -85,8 +85,9 @@ def backend_device(evidence: EvidenceSet) -> Iterator[Finding]:
     driver`, Docker's `could not select device driver "" with capabilities: [[gpu]]`, CUDA
     tensors deserialized where `torch.cuda.is_available() is False`); `No backend type
     associated with device type cpu` and `Tensors must be CUDA and dense` (CPU tensors on
-    an NCCL group); `ProcessGroupGloo does not support reduce_scatter`, `Backend gloo does
-    not support ...`, `ProcessGroupGloo::<op>: unsupported device type`, `Cannot use
+    an NCCL group; XCCL's and HCCL's `must be XPU and dense`); `ProcessGroupGloo does not
+    support reduce_scatter`, `Backend gloo does not support ...`, HCCL's `scatter is
+    currently not supported with HCCL`, XCCL's `broadcast isn't implemented on backend [xpu]`, `ProcessGroupGloo::<op>: unsupported device type`, `Cannot use
     ReduceOp.PREMUL_SUM with Gloo`, `NCCL does not support all_reduce with sparse tensors`
     (0.85); `Input tensor data type is not supported for NCCL process group: UInt32` and
     NCCL's `FP8 reduction support begins with sm90 capable devices` (0.8); ProcessGroupNCCL's

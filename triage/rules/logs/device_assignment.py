@@ -241,7 +241,8 @@ def device_assignment(evidence: EvidenceSet) -> Iterator[Finding]:
     word it `The device index is out of range. It must be in [0, 6), but got 11.`, torch
     1.x's torch.cuda and DataParallel `AssertionError: Invalid device id`);
     `all CUDA-capable devices are busy or unavailable` (two ranks on one GPU in
-    exclusive-process mode);
+    exclusive-process mode; a TPU's `already in use by process` or `/dev/vfio/0: Device or
+    resource busy`, a Gaudi's `[Device already acquired]`);
     torch.load's `Attempting to deserialize object on CUDA device 1 but
     torch.cuda.device_count() is 1` (0.8: no map_location); DistributedDataParallel's
     `device_ids and output_device arguments only work with ... module parameters

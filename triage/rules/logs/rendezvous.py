@@ -67,14 +67,16 @@ def rendezvous(evidence: EvidenceSet) -> Iterator[Finding]:
     What it detects:
     The store's server socket failing to bind or listen (`Address already in use`,
     EADDRINUSE), clients timing out or being refused while connecting to (MASTER_ADDR,
-    MASTER_PORT), hostnames that do not resolve (`Name or service not known`, gai errors),
+    MASTER_PORT) (torch_xla's `Failed to connect to client mesh master: host:port` alike),
+    hostnames that do not resolve (`Name or service not known`, gai errors),
     `Timed out after N seconds waiting for clients. X/Y clients joined`,
     RendezvousTimeoutError / RendezvousConnectionError, DistStoreError, a torch build
     without the store's default libuv backend (`use_libuv was requested but PyTorch was
     build without libuv support`: Windows wheels since torch 2.4); weaker (0.3), the
     TCPStore client's bare `Socket Timeout` or `Stop_waiting response is expected`; weaker
     still (0.2), a log that stops right after the process group's setup began (the store's
-    server listening, a framework's announcement) with no word that every rank joined.
+    server listening, a framework's announcement, torchelastic's agent joining its
+    rendezvous, torch_xla waiting for its mesh master) with no word that every rank joined.
     NCCL's `Connection closed by remote peer` with no rank's own failure, traced back
     through bootstrap.cc or in a job of one rank (0.4): no peer died; something closed the
     setup's sockets.

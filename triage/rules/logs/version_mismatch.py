@@ -37,7 +37,8 @@ def version_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     error` when no line names the failing call: an NCCL built for another CUDA, a driver
     older than it needs, a release with a since-fixed bug. Below NCCL, the CUDA build
     against the GPU or driver: `no kernel image is available`, torch's `with CUDA
-    capability sm_120 is not compatible with the current PyTorch installation`, `the
+    capability sm_120 is not compatible with the current PyTorch installation` (ROCm's
+    `hipErrorNoBinaryForGpu`, `HIP error: invalid device function`), `the
     provided PTX was compiled with an unsupported toolchain`, Error 803 (user-mode driver
     and kernel module differ) and 804, torch's `cuDNN version incompatibility`, NVML's
     `Driver/library version mismatch` (0.85: a driver upgraded without a reboot); NCCL's
