@@ -50,11 +50,18 @@ signature(
     r"ProcessGroupNCCL is only supported with GPUs, no GPUs found"
     r"|\bnccl2? requires at least one CUDA device"
     # the message, or torch's source line raising it, shown in a traceback (two literals)
-    r"""|Distributed package doesn't have (?P<backend>NCCL|MPI|UCC|Gloo|XCCL)(?: " "| )built in""",
+    # (some builds misspell it `bulit in`)
+    r"""|Distributed package doesn't have (?P<backend>NCCL|MPI|UCC|Gloo|XCCL)(?: " "| )bu(?:il|li)t in"""
+    # a backend name this build does not know (`Unknown c10d backend type MPI`), and Lightning
+    # refusing DDP on Apple's GPUs
+    r"|Unknown c10d backend type (?P<unknown>\w+)"
+    r"|strategies from the DDP family are not supported on the MPS accelerator",
     anchors=(
         "ProcessGroupNCCL is only supported with GPUs",
         "requires at least one CUDA device",
         "Distributed package doesn't have",
+        "Unknown c10d backend type",
+        "DDP family are not supported on the MPS accelerator",
     ),
     summary="the chosen backend cannot run here (NCCL without a GPU, a backend missing from this build)",
 )
@@ -117,15 +124,25 @@ signature(
     # the device backends' own words: `scatter is currently not supported with HCCL`,
     # `broadcast isn't implemented on backend [xpu]`
     r"|\b(?P<op2>\w+) is currently not supported with (?P<backend2>HCCL|XCCL|HCCL backend)"
-    r"|\b(?P<op3>\w+) isn't implemented on backend \[(?P<backend3>\w+)\]",
-    anchors=("does not support", "is currently not supported with", "isn't implemented on backend"),
+    r"|\b(?P<op3>\w+) isn't implemented on backend \[(?P<backend3>\w+)\]"
+    # an argument of the call the backend does not take (barrier's device_ids on gloo)
+    r"|Function argument (?P<argument>\w+) not supported for the selected backend (?P<backend4>\w+)",
+    anchors=(
+        "does not support",
+        "is currently not supported with",
+        "isn't implemented on backend",
+        "not supported for the selected backend",
+    ),
     summary="the process group's backend does not implement this collective",
     extract=lambda found: {
         key: value
         for key, value in (
-            ("op", found["op"] or found["op2"] or found["op3"]),
+            ("op", found["op"] or found["op2"] or found["op3"] or found["argument"]),
             ("group", found["group"]),
-            ("backend", found["backend"] or found["backend2"] or found["backend3"]),
+            (
+                "backend",
+                found["backend"] or found["backend2"] or found["backend3"] or found["backend4"],
+            ),
         )
         if value
     },

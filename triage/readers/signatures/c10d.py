@@ -30,7 +30,9 @@ from triage.readers.signatures.nccl import address_kind
 
 signature(
     "c10d.bind_failed",
-    r"failed to bind to (?P<address>\S+?)(?::(?P<port>\d+))? \(errno: (?P<errno>\d+) - (?P<reason>[^)]+)\)",
+    # Windows says `(system error: 10048 - Only one usage of each socket address ...)`
+    r"failed to bind to (?P<address>\S+?)(?::(?P<port>\d+))? \((?:errno|system error):"
+    r" (?P<errno>\d+) - (?P<reason>[^)]+)\)",
     anchors="failed to bind to",
     summary="the store's server socket could not bind its address (errno 98: port in use)",
 )
@@ -226,6 +228,15 @@ signature(
     summary="the rendezvous store asked for its libuv backend, which this torch build lacks",
 )
 
+# An init_method whose scheme this torch build has no handler for: env:// and tcp:// on
+# Windows before torch 1.8 (only file:// there), a misspelt scheme.
+signature(
+    "c10d.no_handler",
+    r"No rendezvous handler for (?P<scheme>\w*)://",
+    anchors="No rendezvous handler for",
+    summary="init_process_group's init_method names a scheme this torch build cannot serve",
+)
+
 # --- peers going away -------------------------------------------------------------------
 
 # gloo's pair: `Connection closed by peer [10.0.0.2]:45123`, and its reads and writes on a
@@ -332,8 +343,14 @@ signature(
 signature(
     "gloo.size_mismatch",
     r"op\.preamble\.length <= op\.nbytes\. (?P<received>\d+) vs (?P<expected>\d+)"
-    r"|Received data size doesn't match expected size",
-    anchors=("op.preamble.length <= op.nbytes", "Received data size doesn't match expected size"),
+    r"|Received data size doesn't match expected size"
+    # the libuv transport's (macOS, Windows): `op.nread == op.preamble.nbytes`
+    r"|op\.nread == op\.preamble\.nbytes",
+    anchors=(
+        "op.preamble.length <= op.nbytes",
+        "Received data size doesn't match expected size",
+        "op.nread == op.preamble.nbytes",
+    ),
     summary="gloo received more bytes than its collective expects: the ranks' collectives differ"
     " in size",
 )
@@ -345,6 +362,18 @@ signature(
     r"Unable to find (?:address|interface) for:? (?P<interface>\S+)",
     anchors=("Unable to find address for", "Unable to find interface for"),
     summary="gloo cannot find the interface GLOO_SOCKET_IFNAME names",
+)
+
+# gloo could not make its device from the host's name or the interface it was given (on
+# Windows a VPN or Hyper-V adapter, or a hostname resolving to kubernetes.docker.internal),
+# and a pair of hosts whose addresses are of two families (IPv4 against IPv6: `ss1.ss_family
+# == ss2.ss_family. 2 vs 10`).
+signature(
+    "gloo.unusable_device",
+    r"makeDeviceFor(?P<by>Hostname|Interface)\(\): unsupported gloo device"
+    r"|ss1\.ss_family == ss2\.ss_family\. (?P<family>\d+ vs \d+)",
+    anchors=("unsupported gloo device", "ss1.ss_family == ss2.ss_family"),
+    summary="gloo cannot use the address its host name or interface gives it",
 )
 
 signature(

@@ -300,7 +300,8 @@ signature(
 # pairs then close with `Application timeout caused pair closure`.
 signature(
     "hang.gloo_timeout",
-    r"Timed out waiting (?P<timeout_ms>\d+)ms for (?P<direction>recv|send) operation to complete"
+    r"Timed out waiting (?P<timeout_ms>\d+)ms for (?P<direction>recv/send|recv|send) operation to"
+    r" complete"
     r"|gloo\S*\]? (?P<pair_direction>Read|Write) timeout \[?(?P<peer>[^\]\s]+)\]?:\d+"
     r"|Application timeout caused pair closure",
     anchors=("Timed out waiting ", "Read timeout", "Write timeout", "Application timeout caused"),

@@ -21,8 +21,10 @@ signature(
     r"DistributedDataParallel device_ids and output_device arguments only work with"
     # torch 1.5 said `single-device CUDA modules`
     r" single-device(?:/multiple-device GPU modules or CPU| CUDA) modules, but got device_ids"
-    r" (?P<device_ids>\[[^\]]*\]), output_device (?P<output_device>\S+), and module parameters"
-    r" (?P<params>\{[^}]*\})",
+    # torch 1.6 stopped after the ids (`... but got device_ids 1`); a paste may wrap the
+    # parameters' set over lines
+    r" (?P<device_ids>\[[^\]]*\]|\d+)(?:, output_device (?P<output_device>\S+), and module"
+    r" parameters (?P<params>\{[^}]*\}?))?",
     anchors="device_ids and output_device arguments only work with",
     summary="DistributedDataParallel was given device_ids for a module that is not on that GPU",
 )

@@ -77,7 +77,9 @@ def backend_device(evidence: EvidenceSet) -> Iterator[Finding]:
 
     What it detects:
     `ProcessGroupNCCL is only supported with GPUs, no GPUs found!`, `nccl requires at least
-    one CUDA device`, `Distributed package doesn't have NCCL built in`; `monitored_barrier
+    one CUDA device`, `Distributed package doesn't have NCCL built in`, `Unknown c10d backend
+    type MPI`, Lightning's `strategies from the DDP family are not supported on the MPS
+    accelerator`; `monitored_barrier
     requires a group with a CPU-capable backend` and `ProcessGroupWrapper unsupported without
     GLOO backend`, `A CPU backend must be enabled for async save` (0.85: work that runs on
     gloo, on a group without it); no GPU usable at all
@@ -87,7 +89,8 @@ def backend_device(evidence: EvidenceSet) -> Iterator[Finding]:
     associated with device type cpu` and `Tensors must be CUDA and dense` (CPU tensors on
     an NCCL group; XCCL's and HCCL's `must be XPU and dense`); `ProcessGroupGloo does not
     support reduce_scatter`, `Backend gloo does not support ...`, HCCL's `scatter is
-    currently not supported with HCCL`, XCCL's `broadcast isn't implemented on backend [xpu]`, `ProcessGroupGloo::<op>: unsupported device type`, `Cannot use
+    currently not supported with HCCL`, XCCL's `broadcast isn't implemented on backend [xpu]`,
+    `Function argument device_ids not supported for the selected backend gloo`, `ProcessGroupGloo::<op>: unsupported device type`, `Cannot use
     ReduceOp.PREMUL_SUM with Gloo`, `NCCL does not support all_reduce with sparse tensors`
     (0.85); `Input tensor data type is not supported for NCCL process group: UInt32` and
     NCCL's `FP8 reduction support begins with sm90 capable devices` (0.8); ProcessGroupNCCL's

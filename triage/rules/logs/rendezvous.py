@@ -53,6 +53,11 @@ _HOROVOD_FIX = (
     " --network-interface (HOROVOD_GLOO_IFACE) an interface every host has, and raise"
     " --start-timeout or HOROVOD_GLOO_TIMEOUT_SECONDS on a large or slow-starting job."
 )
+_HANDLER_FIX = (
+    "Use an init_method this build serves: on Windows before torch 1.8 only file://"
+    " (init_method='file:///C:/tmp/ddp_init', one path every rank reaches), or upgrade torch;"
+    " check the scheme's spelling (env://, tcp://host:port, file://)."
+)
 _LIBUV_FIX = (
     "Use the store's classic backend: set USE_LIBUV=0 in the environment (torchrun and "
     "init_process_group read it), `use_libuv=0` in an env:// or tcp:// init_method's query, or "
@@ -72,7 +77,9 @@ def rendezvous(evidence: EvidenceSet) -> Iterator[Finding]:
     `Timed out after N seconds waiting for clients. X/Y clients joined`,
     RendezvousTimeoutError / RendezvousConnectionError, DistStoreError, a torch build
     without the store's default libuv backend (`use_libuv was requested but PyTorch was
-    build without libuv support`: Windows wheels since torch 2.4); weaker (0.3), the
+    build without libuv support`: Windows wheels since torch 2.4), an init method the build
+    has no handler for (`No rendezvous handler for env://`, 0.75: Windows before torch 1.8,
+    which has file:// only); weaker (0.3), the
     TCPStore client's bare `Socket Timeout` or `Stop_waiting response is expected`; weaker
     still (0.2), a log that stops right after the process group's setup began (the store's
     server listening, a framework's announcement, torchelastic's agent joining its
@@ -137,7 +144,8 @@ def _findings(view: CommView) -> list[Found]:
     in_use = [
         (e, s)
         for e, s in view.of("c10d.bind_failed", "c10d.listen_failed", "c10d.address_in_use")
-        if (s.signature != "c10d.bind_failed" or s.fields.get("errno") == "98")
+        # EADDRINUSE: 98 on Linux, WSAEADDRINUSE 10048 on Windows
+        if (s.signature != "c10d.bind_failed" or s.fields.get("errno") in ("98", "10048"))
         and _STORE_LINE.search(s.text)
     ]
     if any(s.signature != "c10d.listen_failed" or s.fields for _, s in in_use):
@@ -197,6 +205,11 @@ def _findings(view: CommView) -> list[Found]:
     if libuv:
         what = "the rendezvous store's libuv backend is missing from this torch build"
         found.append((0.85, what, libuv, _LIBUV_FIX))
+    handler = view.of("c10d.no_handler")
+    if handler:
+        scheme = handler[0][1].fields.get("scheme") or "its"
+        what = f"this torch build has no rendezvous handler for the {scheme}:// init method"
+        found.append((0.75, what, handler, _HANDLER_FIX))
     store = view.of("c10d.store_error")
     if store and not joined and not libuv:
         found.append((0.4 if view.origins else 0.55, "a store operation failed", store, _REACH_FIX))

@@ -22,7 +22,9 @@ def wrong_interface(evidence: EvidenceSet) -> Iterator[Finding]:
     What it detects:
     gloo's `Unable to find address for: <if>` (GLOO_SOCKET_IFNAME names an absent
     interface), its loopback fallback, pairs connecting to `[127.0.1.1]` and
-    `connectFullMesh failed`; NCCL's `no socket interface found` / `NET/Socket : no
+    `connectFullMesh failed`, its `makeDeviceForHostname(): unsupported gloo device` (0.6: on
+    Windows a VPN or virtual adapter) and hosts whose addresses differ in family (`ss1.ss_family
+    == ss2.ss_family. 2 vs 10`, 0.6); NCCL's `no socket interface found` / `NET/Socket : no
     interface found` / `no device found matching ib0, verify NCCL_OOB_NET_IFNAME` / `No usable
     listening interface found` (NCCL_SOCKET_IFNAME matches nothing), and GCP's TCPX/TCPXO
     plugins' `NET/GPUDirectTCPX : no ctrl interface found` (their NCCL_GPUDIRECTTCPX_* or
@@ -105,6 +107,15 @@ def _findings(view: CommView) -> list[Found]:
                 _IFNAME_FIX.format(var="GLOO_SOCKET_IFNAME"),
             )
         )
+    unusable = view.of("gloo.unusable_device")
+    if unusable:
+        fields = unusable[0][1].fields
+        what = (
+            f"gloo's hosts have addresses of two families ({fields['family']}: IPv4 against IPv6)"
+            if fields.get("family")
+            else "gloo cannot make its device from this host's name or interface"
+        )
+        found.append((0.6, what, unusable, _IFNAME_FIX.format(var="GLOO_SOCKET_IFNAME")))
     horovod = view.of("horovod.no_common_interface")
     if horovod:
         found.append(
@@ -202,7 +213,9 @@ def _findings(view: CommView) -> list[Found]:
             )
         )
     loopback = view.of("gloo.loopback_fallback")
-    if loopback and multi is not False and view.comm_failures():
+    # the warning is no failure by itself: a single host runs over the loopback alike
+    failed = [f for f in view.comm_failures() if f not in loopback]
+    if loopback and multi is not False and failed:
         found.append(
             (
                 0.7,
