@@ -66,7 +66,8 @@ def infiniband(evidence: EvidenceSet) -> Iterator[Finding]:
     plugin (aws-ofi-nccl: EFA, libfabric) reporting `NET/OFI Request ... completed with
     error`, a remote write completed with error, `Unable to insert remote address into address
     vector` or an unreadable completion queue (0.6; 0.4 beside another rank's own failure);
-    when nothing more specific reads (0.5), any other `NCCL WARN NET/OFI ...`, the plugin
+    when nothing more specific reads (0.4: an instance without EFA prints them too, and NCCL
+    goes on over sockets), any other `NCCL WARN NET/OFI ...`, the plugin
     failing to start (`aws-ofi-nccl initialization failed`, `Could not find any optimal
     provider`), libfabric's own `<warn>` lines and `Libfabric error: (-12) ...`, the kernel's
     `infiniband efa_0: Failed to process command REG_MR`; those that say Cannot allocate
@@ -208,7 +209,8 @@ def _findings(view: CommView) -> list[Found]:
             (0.6, "RDMA memory registration ran out of locked memory", enomem, _MEMLOCK_FIX)
             if enomem
             else (
-                0.4 if view.origins else 0.5,
+                # a host without EFA prints them too, and NCCL goes on over sockets
+                0.3 if view.origins else 0.4,
                 f"the EFA/libfabric transport reported a failure ({what})",
                 fabric,
                 _OFI_FIX,
