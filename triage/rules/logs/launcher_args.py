@@ -4,7 +4,7 @@ or the script wants arguments the launcher no longer passes."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from triage.models import Finding, Location
 from triage.observations import LogSignal, TracebackRecord
@@ -281,19 +281,14 @@ def _trainer_settings(evidence: EvidenceSet) -> Iterator[Finding]:
     against the DeepSpeed config, a notebook with a strategy that starts scripts, a launch
     option's value, and the spawn start method (it re-imports the main module and pickles
     what each process runs)."""
-    found = [
-        (confidence, title, items, fix)
-        for name, confidence, title, fix in _SETTINGS
-        if (items := signals(evidence, name))
-    ]
-    if found:
-        yield quoted_finding(
-            evidence,
-            found,
-            _SETTINGS_TEXT,
-            "the launch command and the trainer's settings (its arguments, the DeepSpeed config"
-            " file, the strategy) side by side",
-        )
+    yield from _worded(
+        evidence,
+        _SETTINGS,
+        signals,
+        _SETTINGS_TEXT,
+        "the launch command and the trainer's settings (its arguments, the DeepSpeed config"
+        " file, the strategy) side by side",
+    )
 
 
 _SETTINGS_TEXT = re.compile(r"deepspeed|accelerate|Trainer|lightning|spawn|run\.py")
@@ -349,19 +344,32 @@ def _scheduler_launch(evidence: EvidenceSet) -> Iterator[Finding]:
     """Slurm, MPI or a launcher's ssh refusing the launch line itself: it asks for more than
     the allocation or the hosts hold, for what another step of the job already holds, or for
     hosts the launching host cannot reach."""
+    yield from _worded(
+        evidence,
+        _SCHEDULER,
+        _still_refused,
+        _SCHEDULER_TEXT,
+        "the launch line (srun's or mpirun's options) beside the job's allocation"
+        " (`scontrol show job`, the hostfile's slots)",
+    )
+
+
+def _worded(
+    evidence: EvidenceSet,
+    table: tuple[tuple[str, float, str, str], ...],
+    found_by: Callable[[EvidenceSet, str], list[Signal]],
+    about: re.Pattern[str],
+    confirm: str,
+) -> Iterator[Finding]:
+    """The strongest of a table's refusals (signature, confidence, title, fix) that the
+    text holds, quoted in its own words."""
     found = [
         (confidence, title, items, fix)
-        for name, confidence, title, fix in _SCHEDULER
-        if (items := _still_refused(evidence, name))
+        for name, confidence, title, fix in table
+        if (items := found_by(evidence, name))
     ]
     if found:
-        yield quoted_finding(
-            evidence,
-            found,
-            _SCHEDULER_TEXT,
-            "the launch line (srun's or mpirun's options) beside the job's allocation"
-            " (`scontrol show job`, the hostfile's slots)",
-        )
+        yield quoted_finding(evidence, found, about, confirm)
 
 
 def _still_refused(evidence: EvidenceSet, name: str) -> list[Signal]:
