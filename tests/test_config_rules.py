@@ -1329,3 +1329,26 @@ def test_a_collectives_buffers_sized_for_another_world(tmp_path: Path, name: str
     assert (verdict.cause_id, verdict.confidence) == ("config.world_size_mismatch", 0.55)
     assert "dist.get_world_size(group)" in verdict.fix
     assert verdict.location is not None and verdict.location.line == 9
+
+
+# bmaltais/kohya_ss#1687 (gradient checkpointing inside a compiled DDP module), and the c10d
+# reducer's refusal of compiled autograd (torch/csrc/distributed/c10d/reducer.cpp)
+COMPILED_DDP = (
+    "torch._dynamo.exc.BackendCompilerFailed: backend='compile_fn' raised:\n"
+    "NotImplementedError: DDPOptimizer backend: Found a higher order op in the graph. This is"
+    " not supported. Please turn off DDP optimizer using torch._dynamo.config.optimize_ddp=False."
+    " Note that this can cause performance degradation because there will be one bucket for the"
+    " entire Dynamo graph. Please refer to this issue -"
+    " https://github.com/pytorch/pytorch/issues/104674.\n"
+)
+COMPILED_AUTOGRAD = (
+    "RuntimeError: Compiled autograd is not compatible with C++ DDP Reducer, please use"
+    ' torch._dynamo.config.optimize_ddp="python_reducer".\n'
+)
+
+
+@pytest.mark.parametrize("text", [COMPILED_DDP, COMPILED_AUTOGRAD])
+def test_torch_compile_against_ddps_reducer(tmp_path: Path, text: str) -> None:
+    verdict = top(analyze_files(tmp_path, {"console.log": text}))
+    assert (verdict.cause_id, verdict.confidence) == ("config.ddp_reducer", 0.75)
+    assert "optimize_ddp" in verdict.fix

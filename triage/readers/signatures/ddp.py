@@ -89,6 +89,17 @@ signature(
     summary="DDP with static_graph=True saw a different set of used parameters than in the first iteration",
 )
 
+# torch.compile and DDP's reducer disagreeing: compiled autograd against the C++ reducer, and
+# DDPOptimizer (which splits the compiled graph at DDP's buckets) meeting a higher-order op
+# (activation checkpointing inside the compiled region).
+signature(
+    "ddp.compiled_reducer",
+    r"Compiled autograd is not compatible with C\+\+ DDP Reducer"
+    r"|DDPOptimizer backend: Found a higher order op in the graph",
+    anchors=("Compiled autograd is not compatible with C++ DDP Reducer", "DDPOptimizer backend:"),
+    summary="torch.compile cannot follow DDP's reducer here (compiled autograd, DDPOptimizer)",
+)
+
 # --- wrong.nan ---------------------------------------------------------------------------
 
 signature(

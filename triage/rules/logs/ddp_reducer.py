@@ -46,7 +46,9 @@ def ddp_reducer(evidence: EvidenceSet) -> Iterator[Finding]:
     changed in this iteration, e.g., one parameter is unused in first iteration, but then got
     used in the second iteration. this is not compatible with static_graph set to True`;
     DeepSpeed ZeRO 1/2's own reducer meeting a gradient computed twice (`The parameter 447
-    has already been reduced. Gradient computed twice for this partition`). A traceback in
+    has already been reduced. Gradient computed twice for this partition`); torch.compile
+    against the reducer (0.75: `Compiled autograd is not compatible with C++ DDP Reducer`,
+    DDPOptimizer's `Found a higher order op in the graph`). A traceback in
     which backward runs inside backward (autograd's engine entered twice, a
     `backward` frame of a checkpoint module) marks reentrant activation checkpointing.
 
@@ -77,6 +79,7 @@ def ddp_reducer(evidence: EvidenceSet) -> Iterator[Finding]:
     torch.utils.checkpoint); huggingface/trl#912 (use_reentrant=False for PEFT + DDP);
     pytorch/pytorch#65537.
     """
+    yield from _compiled(evidence)
     twice = signals(evidence, "ddp.marked_ready_twice", "zero.reduced_twice")
     changed = signals(evidence, "ddp.graph_changed")
     if not (twice or changed):
@@ -158,3 +161,25 @@ def _location(view: CommView, ranks: list[int]) -> Location | None:
     """The user line of the failing rank's traceback; every rank runs the same script, so
     another rank's traceback of the error stands in when the failing rank's is cut off."""
     return view.location(ranks, _TEXT) or view.location([], _TEXT)
+
+
+def _compiled(evidence: EvidenceSet) -> Iterator[Finding]:
+    """torch.compile and DDP's reducer: compiled autograd cannot run the C++ reducer's hooks,
+    and DDPOptimizer cannot split a graph holding a higher-order op at the buckets."""
+    found = signals(evidence, "ddp.compiled_reducer")
+    if not found:
+        return
+    yield Finding(
+        title="torch.compile cannot follow DDP's reducer here",
+        summary=f"`{_quote(found)}`: DDP's gradient hooks and the compiled graph disagree"
+        " (compiled autograd replaces the engine the C++ reducer hooks into; DDPOptimizer"
+        " splits the graph at DDP's buckets and cannot split a higher-order op such as"
+        " activation checkpointing).",
+        ranks=ranks_of(s for _, s in found),
+        confidence=0.75,
+        evidence=ids(found)[:12],
+        fix="Set torch._dynamo.config.optimize_ddp = 'python_reducer' (compiled autograd with"
+        " DDP), or optimize_ddp = False (no bucket splitting: DDPOptimizer and higher-order ops),"
+        " or compile the module inside DDP's wrapper with checkpointing outside it.",
+        confirm="the error goes away with torch._dynamo.config.optimize_ddp changed",
+    )
