@@ -30,7 +30,9 @@ signature(
     r"No available (?:shared memory broadcast )?block found in \d+ seconds?|"
     # Ascend's HCCL: `EI0006: Getting socket times out. Reason: Remote Rank did not send the
     # data in time`, `EI0002: The wait execution of the Notify register times out`
-    r"Remote Rank did not send the data in time|The wait execution of the Notify register times out",
+    r"Remote Rank did not send the data in time|The wait execution of the Notify register times out|"
+    # SGLang's scheduler watchdog: a forward batch that did not finish in time
+    r"[Ww]atchdog timeout \(self\.watchdog_timeout=\d+",
     anchors=(
         "collective operation timeout",
         "Detected mismatch between collectives",
@@ -61,6 +63,7 @@ signature(
         "No available block found in",
         "Remote Rank did not send the data in time",
         "wait execution of the Notify register times out",
+        "atchdog timeout (self.watchdog_timeout=",
     ),
     summary="a collective timed out, stalled or mismatched across ranks (cause not named)",
 )

@@ -207,7 +207,8 @@ signature(
     "memory.enomem",
     # RDMA's registrations (ibverbs, libfabric, EFA, the OFI plugin) run out of locked memory,
     # not host RAM
-    r"^(?!.*(?:ibv_|NET/IB|NET/OFI|[Ll]ibfabric|\befa|memlock|MEMLOCK|register MR|RC: -12))"
+    r"^(?!.*(?:ibv_|mlx5dv_|NET/IB|NET/OFI|[Ll]ibfabric|\befa|memlock|MEMLOCK|locked memory"
+    r"|register MR|RC: -12))"
     r".*?[Cc]annot allocate memory",
     anchors=("Cannot allocate memory", "cannot allocate memory"),
     summary="a system call failed with ENOMEM (host memory or a memory limit exhausted); "

@@ -78,9 +78,21 @@ signature(
 
 signature(
     "spawn.process_signal",
-    r"process (?P<spawn_index>\d+) terminated with signal (?:Signals\.)?(?P<signal>SIG[A-Z]+)",
-    anchors="terminated with signal",
+    r"process (?P<spawn_index>\d+) terminated with signal (?:Signals\.)?(?P<signal>SIG[A-Z]+)"
+    # text-generation-inference's launcher: `Shard process was signaled to shutdown with
+    # signal 7` (its shards and its weight download)
+    r"|(?P<role>Shard|Download) process was signaled to shutdown with signal (?P<number>\d+)",
+    anchors=("terminated with signal", "process was signaled to shutdown with signal"),
     summary="torch.multiprocessing.spawn: a worker process was killed by a signal",
+    extract=lambda found: {
+        key: value
+        for key, value in (
+            ("spawn_index", int(found["spawn_index"]) if found["spawn_index"] else None),
+            ("signal", found["signal"] or signal_name(int(found["number"]))),
+            ("role", found["role"]),
+        )
+        if value is not None
+    },
 )
 
 
@@ -154,6 +166,17 @@ signature(
     r"No slot '?(?P<slot>\d+)'? specif(?:ic)?ied on host '?(?P<host>[\w.-]+)'?",
     anchors=("No slot ",),
     summary="the DeepSpeed runner was asked for a GPU slot the host does not have",
+)
+
+# A launcher that kills its own process tree once a child failed: SGLang's `Received sigquit
+# from a child proces. It usually means the child failed.` (its misspelling) and `Triggering
+# SIGQUIT for cleanup`, then SIGKILL to every process: the shell's `Killed` after it is that
+# teardown, not the kernel's OOM killer.
+signature(
+    "launcher.kills_own_tree",
+    r"Received sigquit from a child proces|Triggering SIGQUIT for cleanup",
+    anchors=("Received sigquit from a child proces", "Triggering SIGQUIT for cleanup"),
+    summary="the launcher kills its own processes after a child failed (a teardown, not an OOM)",
 )
 
 # A multi-node launcher that reaches the other hosts over ssh and could not: pdsh's `ssh exited

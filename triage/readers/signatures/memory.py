@@ -230,7 +230,9 @@ signature(
     r"CUDA out of memory occurred when warming up sampler|"
     # SGLang: the profile left no tokens (`... is larger than the profiled value -561981`), or
     # one request fills the pool
-    r"is larger than the profiled value -\d+|No space left for only one request",
+    r"is larger than the profiled value -\d+|No space left for only one request|"
+    # text-generation-inference's warm-up: `Not enough memory to handle 4096 prefill tokens`
+    r"Not enough memory to handle \d+ (?:total tokens|prefill tokens)",
     anchors=(
         "No available memory for the cache blocks",
         "can be stored in KV cache",
@@ -239,6 +241,7 @@ signature(
         "CUDA out of memory occurred when warming up sampler",
         "is larger than the profiled value -",
         "No space left for only one request",
+        "Not enough memory to handle",
     ),
     summary="an inference engine found no GPU memory left for its KV cache within its budget",
 )
@@ -257,6 +260,15 @@ signature(
 # vLLM checks at start-up that its share of the GPU (gpu_memory_utilization) is still free:
 # `Free memory on device cuda:0 (21.5/79.1 GiB) on startup is less than desired GPU memory
 # utilization (0.9, 71.2 GiB)`. What is missing is held by other processes.
+# SGLang compares the memory free on each of its GPUs before it loads the model: `The memory
+# capacity is unbalanced. Some GPUs may be occupied by other processes.`
+signature(
+    "memory.engine_unbalanced",
+    r"The memory capacity is unbalanced\. Some GPUs may be occupied by other",
+    anchors="The memory capacity is unbalanced",
+    summary="an inference engine found much less memory free on some of its GPUs than others",
+)
+
 signature(
     "memory.engine_startup_free",
     r"Free memory on device ?(?P<device>[^\s(]*) ?\((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on"

@@ -358,6 +358,16 @@ signature(
     summary="NCCL found no usable network interface (NCCL_SOCKET_IFNAME names none that exists)",
 )
 
+# vLLM over Ray counts its nodes by IP: two nodes that report the same address (VLLM_HOST_IP
+# set alike on every node, containers on a bridge network) or one node under two.
+signature(
+    "vllm.node_ips",
+    r"Every node should have a unique IP address\. Got (?P<nodes>\d+) nodes? with node ids"
+    r" \[[^\]]*\] and (?P<ips>\d+) unique IP address",
+    anchors="Every node should have a unique IP address",
+    summary="vLLM found its Ray nodes' IP addresses not one per node (the address each uses)",
+)
+
 signature(
     "nccl.message_truncated",
     r"Message truncated\s*:?\s*received (?P<received>\d+) bytes instead of (?P<expected>\d+)",

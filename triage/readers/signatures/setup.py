@@ -508,8 +508,16 @@ signature(
     # `WORLD_SIZE(8) != mesh size(4)`
     r"(?i)!= ?world[ _]?size ?[(=]? ?(?P<world_size>\d+)"
     r"|number of devices in the mesh \((?P<mesh>\d+)\) to equal the world size \((?P<world>\d+)\)"
-    r"|WORLD_SIZE ?\((?P<world_of_mesh>\d+)\) != mesh size ?\((?P<mesh_size>\d+)\)",
+    r"|WORLD_SIZE ?\((?P<world_of_mesh>\d+)\) != mesh size ?\((?P<mesh_size>\d+)\)"
+    # TensorRT-LLM's engine built for another world (`Engine world size (2 * 1) != Runtime
+    # world size (1)`, `Assertion failed: mpiSize == tp * pp`), vLLM's GPUs per node against
+    # its tensor-parallel size
+    r"|!= Runtime world size \((?P<runtime>\d+)\)|Assertion failed: mpiSize == tp \* pp"
+    r"|number of GPUs per node is not divisible by the number of tensor parallelism",
     anchors=(
+        "!= Runtime world size",
+        "Assertion failed: mpiSize == tp * pp",
+        "not divisible by the number of tensor parallelism",
         "!= WORLD_SIZE",
         "!= world_size",
         "!= world size",

@@ -118,11 +118,19 @@ signature(
     "setup.world_exceeds_gpus",
     r"World size \((?P<world_size>\d+)\) is larger than the number of available GPUs"
     r" \((?P<gpus>\d+)\)|Cannot provide a placement group requiring (?P<required>\d+) GPUs"
-    r"|Tensor parallel size may exceed available GPUs",
+    r"|Tensor parallel size may exceed available GPUs"
+    # vLLM's config check, and the RL trainers' own counts of the Ray cluster (verl's,
+    # NeMo-RL's): `Total available GPUs 8.0 is less than total desired GPUs 16`
+    r"|Tensor parallel size \(\d+\) cannot be larger than the number of available GPUs"
+    r"|Total available GPUs [\d.]+ is less than total desired GPUs \d+"
+    r"|Not enough GPUs available\. Requested \d+ GPUs, but only \d+ are available",
     anchors=(
         "is larger than the number of available GPUs",
         "Cannot provide a placement group requiring",
         "Tensor parallel size may exceed available GPUs",
+        "cannot be larger than the number of available GPUs",
+        "is less than total desired GPUs",
+        "Not enough GPUs available. Requested",
     ),
     summary="the engine's world (tensor x pipeline parallel) needs more GPUs than it can have",
 )

@@ -21,7 +21,8 @@ def engine_memory_taken(evidence: EvidenceSet) -> Iterator[Finding]:
     What it detects:
     vLLM's start-up check, `Free memory on device cuda:0 (21.5/79.1 GiB) on startup is less
     than desired GPU memory utilization (0.9, 71.2 GiB)`, when what is missing (total less
-    free) is 15% of the GPU and 1.5 GiB or more.
+    free) is 15% of the GPU and 1.5 GiB or more; SGLang's `The memory capacity is unbalanced.
+    Some GPUs may be occupied by other processes` (0.6).
 
     Why it happens:
     The engine claims a share of the whole GPU (gpu_memory_utilization) and counts what
@@ -44,6 +45,23 @@ def engine_memory_taken(evidence: EvidenceSet) -> Iterator[Finding]:
     References:
     https://docs.vllm.ai/en/latest/configuration/conserving_memory.html
     """
+    unbalanced = signals(evidence, "memory.engine_unbalanced")
+    if unbalanced:
+        yield Finding(
+            title="some of the engine's GPUs hold less free memory than the others",
+            summary=f"`{unbalanced[0][1].text.strip()[:200]}`: before loading the model the"
+            " engine found less memory free on some GPUs than on the rest, taken by other"
+            " processes (a colocated trainer, an earlier engine or job on those GPUs).",
+            ranks=[],
+            confidence=0.6,
+            evidence=ids(unbalanced)[:4],
+            fix="Find what holds those GPUs (nvidia-smi --query-compute-apps=pid,used_memory"
+            " --format=csv) and stop or offload it before the engine starts, or give the engine"
+            " GPUs nothing else uses (CUDA_VISIBLE_DEVICES).",
+            confirm="nvidia-smi shows processes other than the engine's on the GPUs with less"
+            " free memory",
+        )
+        return
     found = [item for item in signals(evidence, "memory.engine_startup_free") if _taken(item)]
     if not found:
         return

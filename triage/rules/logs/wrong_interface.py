@@ -24,7 +24,8 @@ def wrong_interface(evidence: EvidenceSet) -> Iterator[Finding]:
     interface), its loopback fallback, pairs connecting to `[127.0.1.1]` and
     `connectFullMesh failed`, its `makeDeviceForHostname(): unsupported gloo device` (0.6: on
     Windows a VPN or virtual adapter) and hosts whose addresses differ in family (`ss1.ss_family
-    == ss2.ss_family. 2 vs 10`, 0.6); NCCL's `no socket interface found` / `NET/Socket : no
+    == ss2.ss_family. 2 vs 10`, 0.6); vLLM's `Every node should have a unique IP address`
+    (0.55: VLLM_HOST_IP copied across nodes, containers on a bridge); NCCL's `no socket interface found` / `NET/Socket : no
     interface found` / `no device found matching ib0, verify NCCL_OOB_NET_IFNAME` / `No usable
     listening interface found` (NCCL_SOCKET_IFNAME matches nothing), and GCP's TCPX/TCPXO
     plugins' `NET/GPUDirectTCPX : no ctrl interface found` (their NCCL_GPUDIRECTTCPX_* or
@@ -105,6 +106,20 @@ def _findings(view: CommView) -> list[Found]:
                 f"gloo cannot find interface {name}",
                 gloo,
                 _IFNAME_FIX.format(var="GLOO_SOCKET_IFNAME"),
+            )
+        )
+    ips = view.of("vllm.node_ips")
+    if ips:
+        fields = ips[0][1].fields
+        found.append(
+            (
+                0.55,
+                f"{fields['nodes']} Ray nodes report {fields['ips']} IP addresses: the address"
+                " each node uses is not its own",
+                ips,
+                "Give each node the address the others reach it on: VLLM_HOST_IP (and Ray's"
+                " --node-ip-address) set per node, never copied from the head; host networking"
+                " for containers; the interface in NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME alike.",
             )
         )
     unusable = view.of("gloo.unusable_device")

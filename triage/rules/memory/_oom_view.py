@@ -280,9 +280,14 @@ _HOST_STRENGTH = {
 
 def _host_events(evidence: EvidenceSet) -> list[HostEvent]:
     out = []
+    teardowns = [s for _, s in signals(evidence, "launcher.kills_own_tree")]
     for ev, sig in signals(evidence, *HOST_OOM_SIGNALS):
         if sig.signature == "memory.dataloader_killed" and sig.fields.get("signal") != "Killed":
             continue  # Bus error is /dev/shm, Segmentation fault a crash: not memory
+        if sig.signature == "memory.shell_killed" and any(
+            t.path == sig.path and t.line < sig.line for t in teardowns
+        ):
+            continue  # the launcher's own SIGKILL of its tree after a child failed
         out.append(
             HostEvent(sig.signature, sig.rank, _HOST_STRENGTH[sig.signature], sig.text, ev.id)
         )

@@ -70,7 +70,9 @@ def host(evidence: EvidenceSet) -> Iterator[Finding]:
     SIGKILL also comes from schedulers (time limit, preemption) and from torchelastic
     stopping the remaining workers after another rank failed; those are weaker signs and
     weaker still when a GPU OOM is in the logs. A worker that crashed in native code (a
-    segfault the text does not show) also dies without a traceback.
+    segfault the text does not show) also dies without a traceback. A shell's `Killed` after
+    a launcher says it kills its own processes (SGLang's `Received sigquit from a child
+    proces`) is that teardown and is not read.
 
     References:
     https://pytorch.org/docs/stable/data.html#multi-process-data-loading;
