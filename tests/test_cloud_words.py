@@ -18,9 +18,9 @@ PASTES = json.loads((REPO / "tests" / "fixtures" / "cloud_words.json").read_text
 @pytest.mark.parametrize(
     ("name", "cause", "confidence"),
     [
-        ("ofi_getinfo", "comm.infiniband", 0.4),
-        ("ofi_no_provider", "comm.infiniband", 0.4),
-        ("ofi_address_vector", "comm.infiniband", 0.4),
+        ("ofi_getinfo", "comm.infiniband", 0.5),
+        ("ofi_no_provider", "comm.infiniband", 0.5),
+        ("ofi_address_vector", "comm.infiniband", 0.5),
         ("efa_kernel_enomem", "comm.infiniband", 0.6),
         ("libfabric_mr_enomem", "comm.infiniband", 0.6),
         ("libfabric_internal_enomem", "comm.infiniband", 0.6),
