@@ -61,3 +61,11 @@ def test_a_warning_that_runs_the_op_another_way_is_no_failure(tmp_path: Path) ->
     refused = "RuntimeError: ProcessGroupGloo does not support reduce_scatter\n"
     top = analyze_files(tmp_path / "error", {"train.log": refused}).hypotheses[0]
     assert top.cause_id == "config.backend_device"
+
+
+def test_a_pickling_failure_outside_spawn_is_not_the_start_method(tmp_path: Path) -> None:
+    """torch.save (or deepcopy) of a DDP-wrapped model fails on its local hook the same way a
+    spawned process's target does; with no spawn frame and no ddp_spawn, it is not the
+    launch's."""
+    report = analyze_files(tmp_path, {"train.log": PASTES["ddp_model_pickled"]["text"]})
+    assert all(h.cause_id != "config.launcher_args" for h in report.hypotheses)

@@ -53,6 +53,16 @@ signature(
     " `if __name__ == '__main__':` guard around it",
 )
 
+# ... and the processes a job starts that way: frames of the spawn start method in a
+# traceback, or Lightning 1.x choosing ddp_spawn for several GPUs (`Setting
+# accelerator="ddp_spawn" for you`).
+signature(
+    "spawn.started",
+    r"Setting `(?:accelerator|strategy)=\"ddp_spawn\"` for you",
+    anchors='="ddp_spawn"` for you',
+    summary="Lightning started its processes with the spawn start method (ddp_spawn)",
+)
+
 signature(
     "spawn.unpicklable",
     r"Can't pickle local object '(?P<object>[^']+)'"

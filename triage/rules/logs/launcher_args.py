@@ -74,7 +74,8 @@ def launcher_args(evidence: EvidenceSet) -> Iterator[Finding]:
     re-importing a main module without its `if __name__ == '__main__':` guard (`An attempt
     has been made to start a new process before the current process has finished its
     bootstrapping phase`, 0.7) or failing to pickle what a process runs (`Can't pickle local
-    object`, 0.45: a DataLoader or a logger can hold it too); a launch option's value
+    object` where spawn's frames or Lightning's ddp_spawn show it was starting processes,
+    0.45; torch.save and deepcopy fail alike elsewhere); a launch option's value
     (torchrun's `Unsupported nproc_per_node value: ''`, accelerate's `The port number of the
     rendezvous endpoint 'None:None' must be an integer`, 0.55). The scheduler's or MPI's
     refusal of the launch line: srun's `Unable to create step for job 4123: More processors requested than
@@ -284,7 +285,7 @@ def _trainer_settings(evidence: EvidenceSet) -> Iterator[Finding]:
     yield from _worded(
         evidence,
         _SETTINGS,
-        signals,
+        _setting_refused,
         _SETTINGS_TEXT,
         "the launch command and the trainer's settings (its arguments, the DeepSpeed config"
         " file, the strategy) side by side",
@@ -292,6 +293,22 @@ def _trainer_settings(evidence: EvidenceSet) -> Iterator[Finding]:
 
 
 _SETTINGS_TEXT = re.compile(r"deepspeed|accelerate|Trainer|lightning|spawn|run\.py")
+#: The spawn start method's own frames: what it could not pickle was a new process's target.
+_SPAWNING = re.compile(r"multiprocessing/(?:reduction|popen_spawn_\w+|spawn)\.py$")
+
+
+def _setting_refused(evidence: EvidenceSet, name: str) -> list[Signal]:
+    """The refusals of `name`; a pickling failure only where the spawn start method was at
+    work (its frames, or Lightning choosing ddp_spawn): torch.save and deepcopy of a model
+    fail alike on a local object."""
+    found = signals(evidence, name)
+    if name != "spawn.unpicklable" or not found:
+        return found
+    spawning = signals(evidence, "spawn.started") or any(
+        _SPAWNING.search(frame.file) for _, t in tracebacks(evidence) for frame in t.frames
+    )
+    return found if spawning else []
+
 
 _SETTINGS = (
     (
