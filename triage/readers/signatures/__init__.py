@@ -148,6 +148,22 @@ def signature(
     return sig
 
 
+def first_of(**fields: tuple[str, ...]) -> Extract:
+    """An extract that gives one field the first of several groups that matched: a regex
+    may not reuse a group's name across its alternatives (`host`, `host2`, `host3` for one
+    host). The groups themselves stay in the fields as the match found them."""
+
+    def extract(found: re.Match[str]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, groups in fields.items():
+            value = next((found[g] for g in groups if found[g] is not None), None)
+            if value is not None:
+                out[name] = value
+        return out
+
+    return extract
+
+
 def block_anchor(anchor: str, lines_after: int) -> None:
     """Keep `lines_after` lines after every line holding `anchor` for the block parsers."""
     BLOCK_ANCHORS[anchor] = max(lines_after, BLOCK_ANCHORS.get(anchor, 0))

@@ -5,7 +5,7 @@ backend it chose."""
 
 from __future__ import annotations
 
-from triage.readers.signatures import signature
+from triage.readers.signatures import first_of, signature
 
 # A CPU-only build of torch asked for CUDA: no backend of this build serves the GPU.
 signature(
@@ -134,18 +134,10 @@ signature(
         "not supported for the selected backend",
     ),
     summary="the process group's backend does not implement this collective",
-    extract=lambda found: {
-        key: value
-        for key, value in (
-            ("op", found["op"] or found["op2"] or found["op3"] or found["argument"]),
-            ("group", found["group"]),
-            (
-                "backend",
-                found["backend"] or found["backend2"] or found["backend3"] or found["backend4"],
-            ),
-        )
-        if value
-    },
+    extract=first_of(
+        op=("op", "op2", "op3", "argument"),
+        backend=("backend", "backend2", "backend3", "backend4"),
+    ),
 )
 
 signature(

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from triage.readers.signatures import signature
+from triage.readers.signatures import first_of, signature
 from triage.readers.signatures.nccl import address_kind
 
 # --- the store's server socket ----------------------------------------------------------
@@ -95,13 +95,7 @@ signature(
     r"|Failed to connect to client mesh master: (?P<mesh_host>[^\s:]+):(?P<mesh_port>\d+)",
     anchors=("TCP client failed to connect", "Failed to connect to client mesh master"),
     summary="the TCPStore client failed to connect to the store host",
-    extract=lambda found: (
-        {
-            "host": found["host"] or found["mesh_host"],
-            "port": found["port"] or found["mesh_port"],
-        }
-        | ({"state": found["state"]} if found["state"] else {})
-    ),
+    extract=first_of(host=("host", "mesh_host"), port=("port", "mesh_port")),
 )
 
 

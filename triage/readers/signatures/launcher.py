@@ -6,7 +6,7 @@ import re
 import signal
 from typing import Any
 
-from triage.readers.signatures import signature
+from triage.readers.signatures import first_of, signature
 
 
 def signal_name(number: int | str) -> str:
@@ -84,15 +84,7 @@ signature(
     r"|(?P<role>Shard|Download) process was signaled to shutdown with signal (?P<number>\d+)",
     anchors=("terminated with signal", "process was signaled to shutdown with signal"),
     summary="torch.multiprocessing.spawn: a worker process was killed by a signal",
-    extract=lambda found: {
-        key: value
-        for key, value in (
-            ("spawn_index", int(found["spawn_index"]) if found["spawn_index"] else None),
-            ("signal", found["signal"] or signal_name(int(found["number"]))),
-            ("role", found["role"]),
-        )
-        if value is not None
-    },
+    extract=lambda found: {"signal": signal_name(found["number"])} if found["number"] else {},
 )
 
 
@@ -196,14 +188,7 @@ signature(
         "' not installed",
     ),
     summary="the launcher could not start the job on another host over ssh",
-    extract=lambda found: {
-        key: value
-        for key, value in (
-            ("host", found["host"] or found["host2"] or found["host3"]),
-            ("tool", found["tool"]),
-        )
-        if value
-    },
+    extract=first_of(host=("host", "host2", "host3")),
 )
 
 # --- the scheduler's and MPI's own refusals of a launch ---------------------------------

@@ -128,10 +128,17 @@ signature(
 
 signature(
     "nccl.undefined_symbol",
-    r"undefined symbol: (?P<symbol>nccl\w+)"
-    # a net plugin built against a newer libfabric than the one loaded: `dlerror=.../
-    # libfabric.so.1: version `FABRIC_1.7' not found (required by .../libnccl-net.so)`
-    r"|version `(?P<version>FABRIC_[\d.]+|NCCL_[\d.]+)' not found \(required by",
-    anchors=("undefined symbol: nccl", "' not found (required by"),
+    r"undefined symbol: (?P<symbol>nccl\w+)",
+    anchors="undefined symbol: nccl",
     summary="a binary expects an NCCL function the loaded libnccl does not have (version mix)",
+)
+
+# A net plugin built against a newer libfabric (or NCCL) than the one loaded: `dlerror=.../
+# libfabric.so.1: version `FABRIC_1.7' not found (required by .../libnccl-net.so)`. NCCL goes
+# on without the plugin, over sockets.
+signature(
+    "nccl.plugin_version_missing",
+    r"version `(?P<version>FABRIC_[\d.]+|NCCL_[\d.]+)' not found \(required by",
+    anchors="' not found (required by",
+    summary="NCCL's net plugin needs a newer library than the one loaded (a version mix)",
 )

@@ -55,6 +55,7 @@ SPECIFIC = frozenset(
         "driver.insufficient",
         "driver.too_old",
         "nccl.undefined_symbol",
+        "nccl.plugin_version_missing",
         "nccl.topology_unmodelled",
         "ray.version_mismatch",
         "nccl.message_truncated",

@@ -199,15 +199,24 @@ def _findings(view: CommView) -> list[Found]:
         )
     symbols = view.of("nccl.undefined_symbol")
     if symbols:
-        fields = symbols[0][1].fields
+        symbol = symbols[0][1].fields.get("symbol")
+        found.append(
+            (
+                0.85,
+                f"the loaded libnccl lacks {symbol}: torch was built against another NCCL",
+                symbols,
+                _SAME_ENV,
+            )
+        )
+    plugin = view.of("nccl.plugin_version_missing")
+    if plugin:
+        version = plugin[0][1].fields.get("version")
         what = (
-            f"the loaded libnccl lacks {fields['symbol']}: torch was built against another NCCL"
-            if fields.get("symbol")
-            else f"NCCL's net plugin needs {fields.get('version')}, which the library it loads"
-            " lacks: the plugin was built against a newer one"
+            f"NCCL's net plugin needs {version}, which the library it loads lacks: the plugin"
+            " was built against a newer one"
         )
         # NCCL goes on without the plugin (over sockets): slow, or failing across hosts
-        found.append((0.85 if fields.get("symbol") else 0.6, what, symbols, _SAME_ENV))
+        found.append((0.6, what, plugin, _SAME_ENV))
     arch = view.of("nccl.cuda_arch_missing")
     if arch:
         reason = arch[0][1].fields.get("reason")

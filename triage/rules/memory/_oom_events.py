@@ -59,10 +59,16 @@ def fragmented(core: Core) -> float | None:
     floor = max(core.capacity * 0.05, 256 * MiB)
     if core.unallocated < floor or core.free + core.unallocated < core.requested:
         return None
-    if core.free >= 2 * core.requested + 256 * MiB:
-        return None  # the device had room for a new segment: the cache's pieces did not matter
+    if had_room(core):
+        return None  # a new segment would have fit: the cache's pieces did not matter
     strong = core.unallocated >= core.requested and core.unallocated >= core.capacity * 0.1
     return 0.8 if strong else 0.6
+
+
+def had_room(core: Core) -> bool:
+    """CUDA reported free memory well above the request: neither the working set nor the
+    cache's pieces explain the refusal (a memory cap, a MIG or vGPU slice, the driver)."""
+    return core.free >= 2 * core.requested + 256 * MiB
 
 
 def held_by_others(core: Core) -> bool:

@@ -10,11 +10,11 @@ from triage.readers.signatures.memory import format_size
 from triage.registry import EvidenceSet, rule
 from triage.rules.memory._memory_usage import steady_rise
 from triage.rules.memory._oom_events import (
-    MiB,
     OomEvent,
     collective_frame,
     evidence_of,
     fragmented,
+    had_room,
     held_by_others,
     judge,
     phase,
@@ -89,7 +89,7 @@ def _score(event: OomEvent) -> tuple[float, str]:
             f"{format_size(core.unallocated)} reserved-but-unallocated memory could have served "
             "the request had it been in one piece"
         )
-    if core.free >= 2 * core.requested + 256 * MiB:
+    if had_room(core):
         return 0.25, (
             f"the GPU had {format_size(core.free)} free for a {format_size(core.requested)}"
             " request: not the working set; a memory cap (set_per_process_memory_fraction, a"
