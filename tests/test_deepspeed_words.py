@@ -44,6 +44,12 @@ from tests.conftest import analyze_files
             " rank0: 112 \n rank3: 110",
             "hang.mismatched_collective",
         ),
+        # hiyouga/LlamaFactory#4428: ZeRO-3's trace of the modules each rank ran (before 0.16)
+        (
+            "RuntimeError: disagreement between rank0 and rank6: rank0: [-4829058278667240489,"
+            " 4394031851561860485], rank6: [-4829058278667240489, 4278486279158906243]",
+            "hang.mismatched_collective",
+        ),
         (
             "AssertionError: The parameter 447 has already been reduced.             Gradient"
             " computed twice for this partition.             Multiple gradient reduction is"
@@ -80,6 +86,7 @@ from tests.conftest import analyze_files
         "local-rank-ompi",
         "local-rank-env",
         "zero-lists",
+        "zero-trace-lists",
         "zero-reduced-twice",
         "pipe-stages",
         "ep-size",

@@ -119,3 +119,23 @@ def test_a_stack_interrupted_outside_collectives_says_where_the_job_stood(
         88,
     )
     assert "waiting for its data in __next__" in top.summary
+
+
+#: py-spy prints a thread without a Python name as `Thread TID (active)`, no `: "name"`
+#: (huggingface/accelerate#3104: a ZeRO-3 worker thread parked in an all-gather).
+UNNAMED_THREAD = """Thread 4079 (active)
+    all_gather_into_tensor (torch/distributed/distributed_c10d.py:2709)
+    wrapper (torch/distributed/c10d_logger.py:72)
+    all_gather_into_tensor (deepspeed/comm/torch.py:219)
+    _fn (torch/_dynamo/eval_frame.py:489)
+    all_gather_into_tensor (deepspeed/comm/comm.py:305)
+"""
+
+
+def test_a_py_spy_thread_without_a_name_is_a_stack(tmp_path: Path) -> None:
+    log = tmp_path / "dump.txt"
+    log.write_text(UNNAMED_THREAD)
+    [record] = scan_file(log).tracebacks
+    assert record.dump and "all_gather_into_tensor" in {f.function for f in record.frames}
+    report = analyze_files(tmp_path, {"report.txt": UNNAMED_THREAD})
+    assert [h.cause_id for h in report.hypotheses] == ["hang.unknown"]

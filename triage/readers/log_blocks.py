@@ -39,7 +39,7 @@ _TB_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<
 _FH_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>.+?)\s*$')
 _FH_START = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):")
 _PYSPY_THREAD = re.compile(
-    r'^Thread (?P<tid>\d+|0x[0-9A-Fa-f]+) \((?:idle|active)[^)]*\): "(?P<name>[^"]*)"'
+    r'^Thread (?P<tid>\d+|0x[0-9A-Fa-f]+) \((?:idle|active)[^)]*\)(?:: "(?P<name>[^"]*)"|\s*$)'
 )
 _PYSPY_PROCESS = re.compile(r"^Process (?P<pid>\d+): ")
 _PYSPY_PYTHON = re.compile(r"^Python v\d+\.\d+")

@@ -26,9 +26,9 @@ for _anchor, _after in (
     ("│", 0),  # a rich traceback's box pasted without its top line, and its bottom
     ("╰", 0),
     ("(most recent call first):", 200),
-    (' (idle): "', 200),
-    (' (active): "', 200),
-    (' (active+gil): "', 200),
+    (" (idle)", 200),  # py-spy's thread header, with the thread's name or (unnamed) without
+    (" (active)", 200),
+    (" (active+gil)", 200),
     ("Process ", 1),  # py-spy's `Process PID: cmdline`, confirmed by `Python vX.Y` below it
     ('File "', 1),
     ("File /", 12),  # IPython's frame, its numbered source lines after it

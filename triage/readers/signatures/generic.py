@@ -193,3 +193,51 @@ signature(
     anchors=("ERROR", "FATAL", "CRITICAL", "rror:", "atal:"),
     summary="a line marked as an error, in words no other signature reads",
 )
+
+# A line that says in plain words that something failed, with no level marking it (`Number
+# of local shards (1) does not match ...`, `Failed to create QP`, `Connect to server ended
+# with timeout`): the last marker of all, so that a failure no signature knows, pasted
+# without its exception, is still a failure. Lines a logger marks as information or a
+# warning (`INFO`, `WARN`, `UserWarning:`, glog's `I1125`/`W1125`, TensorFlow's and Horovod's
+# `...: W `, logfmt's `level=warning`) are not failures, nor
+# are counts and metrics (`failed: 0`, `Invalid: 1.000`, `0 failed`, `no failures`).
+signature(
+    "generic.failure_words",
+    r"^(?!.*(?:\b(?:INFO|DEBUG|TRACE|WARN|WARNING)\b|Warning\b|\bwarn(?:ing)?:|"
+    r"(?:^|[\s\[:])[IWD]\d{3,4} \d\d:|\d: [IWD] |level=(?:warn|info|debug)))"
+    r".*?(?<!\b0 )(?<!\bno )\b(?P<phrase>(?i:failed|failure|fails to|"
+    r"do(?:es)?(?:n't| not) match|mismatch(?:ed)?|but (?:got|found|received|current(?: state)? is)|"
+    r"could(?:n't| not)|cannot|can't|unable to|not supported|invalid|illegal|unexpected(?:ly)?|"
+    r"abort(?:ed|ing)|terminated|crashed|timed out|timeout|exceeded|refused|denied|killed))\b"
+    r"(?!\s*[:=]\s*-?[\d.]+%?\s*(?:$|[,;|]))",
+    anchors=(
+        "ailed",
+        "ailure",
+        "ails to",
+        " match",
+        "ismatch",
+        "but got",
+        "but found",
+        "but received",
+        "but current",
+        "ould not",
+        "ouldn't",
+        "annot",
+        "an't",
+        "nable to",
+        "not supported",
+        "nvalid",
+        "llegal",
+        "nexpected",
+        "bort",
+        "erminated",
+        "rashed",
+        "imed out",
+        "imeout",
+        "xceeded",
+        "efused",
+        "enied",
+        "illed",
+    ),
+    summary="a line that says something failed, in words no other signature reads",
+)

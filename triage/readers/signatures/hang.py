@@ -503,11 +503,14 @@ signature(
 
 # DeepSpeed ZeRO compares the ranks' parameter lists before its collectives: `Detected a
 # disagreement on list length between rank0 and rank3: \n rank0: 112 \n rank3: 110` (a model
-# built differently on some ranks, parameters created under a rank condition).
+# built differently on some ranks, parameters created under a rank condition); before
+# 0.16, and ZeRO-3's trace of the modules each rank ran, `disagreement between rank0 and
+# rank6: rank0: [ids...], rank6: [ids...]` (a forward that took other modules on some ranks).
 signature(
     "zero.lists_disagree",
-    r"Detected a disagreement on list (?:length|contents) between rank\d+ and rank\d+",
-    anchors="Detected a disagreement on list",
+    r"Detected a disagreement on list (?:length|contents) between rank\d+ and rank\d+|"
+    r"\bdisagreement between rank0 and rank\d+: rank0:(?:\s|$)",
+    anchors=("Detected a disagreement on list", "disagreement between rank0 and rank"),
     summary="DeepSpeed ZeRO found the ranks' parameter lists different",
     extract=compared("parameter lists"),
 )

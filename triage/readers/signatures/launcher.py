@@ -245,6 +245,30 @@ signature(
     summary="the scheduler has no node that offers what the job requests",
 )
 
+# Slurm refuses the request as written, before anything runs: sbatch's or salloc's errors
+# (`Batch job submission failed: Requested GRES option unsupported by configured SelectType
+# plugin`, `You must always specify a type when requesting gpu GRES`, `Parameter --gres=gpu:1
+# no longer acceptable, please switch to --gpus=1`, `unrecognized option '--gpus=1'`), and
+# srun's about its options (`Invalid generic resource (gres) specification`, `Couldn't find
+# the specified plugin name for mpi/pmix`). A cluster's own rules for GPUs, partitions and
+# MPI plugins: the options are the fault, not the code.
+signature(
+    "slurm.request_refused",
+    r"\b(?:sbatch|salloc): (?:error: (?P<reason>(?!Batch job submission failed: Requested node"
+    r" configuration)[^\n]+)|unrecognized option (?P<option>\S+))"
+    r"|\bsrun: error: (?P<srun>Invalid generic resource[^\n]*|Couldn't find the specified plugin"
+    r" name for mpi[^\n]*|cannot find mpi plugin[^\n]*)",
+    anchors=(
+        "sbatch: ",
+        "salloc: ",
+        "srun: error: Invalid generic",
+        "srun: error: Couldn't find",
+        "srun: error: cannot find mpi",
+    ),
+    summary="Slurm refused the job's request or options as written",
+    extract=first_of(detail=("reason", "option", "srun")),
+)
+
 # Open MPI's runtime could not connect its daemons across hosts: `A process or daemon was
 # unable to complete a TCP connection to another process` (its text names a firewall).
 signature(

@@ -84,7 +84,10 @@ def launcher_args(evidence: EvidenceSet) -> Iterator[Finding]:
     srun started; not when `Step created for StepId=...` follows), mpirun's `There are not enough slots available in the system to satisfy
     the 8 slots` (0.75); a request no node can serve (0.65: Slurm's `Requested node
     configuration is not available`, Kubernetes' `0/4 nodes are available: 4 Insufficient
-    nvidia.com/gpu`).
+    nvidia.com/gpu`); Slurm refusing the request as written (0.6: sbatch's `Batch job
+    submission failed: Requested GRES option unsupported`, `You must always specify a type
+    when requesting gpu GRES`, an unrecognized option, srun's `Invalid generic resource
+    (gres) specification` or a missing MPI plugin).
 
     Why it happens:
     `torch.distributed.launch` appends `--local-rank=N` to the script's argv (torch >= 2.0
@@ -403,7 +406,7 @@ def _still_refused(evidence: EvidenceSet, name: str) -> list[Signal]:
     ]
 
 
-_SCHEDULER_TEXT = re.compile(r"srun|sbatch|mpirun|SLURM|nodes are available|ssh|pdsh")
+_SCHEDULER_TEXT = re.compile(r"srun|sbatch|salloc|mpirun|SLURM|nodes are available|ssh|pdsh")
 
 _SCHEDULER = (
     (
@@ -430,6 +433,16 @@ _SCHEDULER = (
         " a pod's nvidia.com/gpu limit) at most a node's count (`sinfo -o '%N %G'`, `kubectl"
         " describe nodes`), memory and CPUs within a node's, and a partition or node selector"
         " whose nodes have GPUs; more GPUs come from more nodes, not more per node.",
+    ),
+    (
+        "slurm.request_refused",
+        0.6,
+        "Slurm refused the job's request as written",
+        "Write the request the way this cluster's Slurm takes it: the GPU request its"
+        " configuration accepts (--gres=gpu:TYPE:N where a type is required, --gpus or"
+        " --gpus-per-node where --gres is not), a partition, account and QoS the user may"
+        " use, and an MPI plugin srun has (`srun --mpi=list`); `scontrol show config` and the"
+        " site's documentation say which.",
     ),
     (
         "launcher.local_rank_disagrees",

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
 from triage.rules.logs._signals import exception_line, first_exception, ranks_of
+from triage.rules.logs._unexplained import family_of
 
 
 @rule("logs.rank_raised", "hang.rank_exited", last_resort=True)
@@ -15,7 +16,9 @@ def rank_raised(evidence: EvidenceSet) -> Iterator[Finding]:
 
     What it detects:
     The first exception in the text (a traceback, or its last line pasted alone) that is
-    not the launcher's or the interpreter's own stop, when no other rule finds anything.
+    not the launcher's or the interpreter's own stop, when no other rule finds anything. Not
+    an exception in a wait's words (`TimeoutError`, `timed out waiting for ...`): a wait
+    that ran out is the symptom of what it waited for (logs.unexplained_wait).
     logs.unexplained_exception reads the same exception as a setup error; the two stand
     side by side, that one first: read alone, an exception does not say whether the job
     hung behind it.
@@ -48,6 +51,8 @@ def rank_raised(evidence: EvidenceSet) -> Iterator[Finding]:
         return
     item, first = found
     text, where = exception_line(first)
+    if family_of(text) == "hang":
+        return  # a wait that ran out is a symptom of the rank it waited for
     who = f"rank {first.rank}" if first.rank is not None else "the rank that raised it"
     frame = first.user_frame
     yield Finding(
