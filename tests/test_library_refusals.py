@@ -560,3 +560,37 @@ def test_the_fabric_managers_systemd_failure_is_the_fabric(tmp_path: Path, line:
     """systemd's own words for the service's failure, as `systemctl status` shows them."""
     top = analyze_files(tmp_path, {"journal.log": line + "\n"}).hypotheses[0]
     assert (top.cause_id, top.confidence) == ("comm.fabric", 0.85)
+
+
+@pytest.mark.parametrize(
+    ("line", "cause"),
+    [
+        # alibaba/Pai-Megatron-Patch#103: Megatron's ensure_divisibility, a vocabulary of
+        # 151851 against tensor parallelism 4
+        ("AssertionError: 151851 is not divisible by 4", "config.world_size_mismatch"),
+        # microsoft/LMOps#292: 2 KV heads against a model-parallel size of 4
+        (
+            "[rank4]:     assert numerator % denominator == 0, '{} is not divisible by {}'.format(\n"
+            "[rank4]: AssertionError: 2 is not divisible by 4",
+            "config.world_size_mismatch",
+        ),
+        # verl's config check (verl/trainer/ppo/ray_trainer.py)
+        (
+            "AssertionError: real_train_batch_size (12) must be divisible by total n_gpus (8).",
+            "config.world_size_mismatch",
+        ),
+        # NVIDIA-NeMo/Speech#8869: FP8's tile sizes, not the parallel layout
+        (
+            "AssertionError: FP8 execution requires 2D input matrices with height divisible by 8"
+            " and width divisible by 16, but got tensor with dims=[550, 4096]",
+            "config.unknown",
+        ),
+    ],
+    ids=["megatron-vocab", "megatron-kv-heads", "verl-batch", "fp8-tiles"],
+)
+def test_a_count_the_layout_splits_unevenly(tmp_path: Path, line: str, cause: str) -> None:
+    """A check that names only numbers or the GPU count reads weaker (0.5) than one that
+    names the parallel size."""
+    top = analyze_files(tmp_path, {"rank0.log": line + "\n"}).hypotheses[0]
+    assert top.cause_id == cause
+    assert top.confidence <= 0.5

@@ -4,7 +4,7 @@ size it was saved at. Each is a parallel size that does not fit the data or the 
 
 from __future__ import annotations
 
-from triage.readers.signatures import signature
+from triage.readers.signatures import first_of, signature
 from triage.readers.signatures.hang import compared
 
 # DTensor's view ops and shape helpers, context parallel's sequence split, FSDP2's sharding
@@ -92,6 +92,31 @@ signature(
 )
 
 _COUNT = r"world[ _]size|num[ _]gpus|number of (?:GPUs|processes|devices)|nprocs?\w*"
+
+# A size split over the parallel layout, in a check that names only numbers or the GPU
+# count: Megatron's ensure_divisibility (`AssertionError: 151851 is not divisible by 4`, a
+# vocabulary against the tensor-parallel size), a trainer's `real_train_batch_size (12)
+# must be divisible by total n_gpus (8)`, `Global batch size 250 is not divisible by 8`.
+signature(
+    "setup.count_not_divisible",
+    r"(?:^|[\s:(])(?P<what>(?:[A-Za-z_][\w ]{0,40}?\s)?\(?\d+\)?) is not (?:evenly )?divisible by"
+    r" (?P<by>\d+)\b"
+    r"|(?i:(?P<what2>[\w ()]{1,60}?) must be (?:evenly )?divisible by (?:the )?(?:total )?"
+    r"(?P<by2>(?:" + _COUNT + r"|n_gpus)\b[^\n]{0,20}))",
+    anchors=(
+        "is not divisible by",
+        "is not evenly divisible by",
+        "divisible by total",
+        "divisible by the total",
+        "divisible by the number of",
+        "divisible by world",
+        "divisible by the world",
+        "divisible by num",
+        "divisible by n_gpus",
+    ),
+    summary="a count the parallel layout splits does not divide evenly",
+    extract=first_of(quantity=("what", "what2"), divisor=("by", "by2")),
+)
 _PRODUCT = (
     r"[\w ()=]{0,40}?(?:"
     + _PARALLEL_SIZE

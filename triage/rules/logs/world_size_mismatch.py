@@ -150,7 +150,10 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     framework checks against a parallel size (0.7: Megatron's `number of layers should be
     divisible by the pipeline-model-parallel size`, `output_size (4096) must be divisible by
     tp_size (3)`, a global batch against micro-batch x data-parallel size, a parallel size
-    that must divide one: `Tensor parallel world size must divide num heads.`), accelerate's
+    that must divide one: `Tensor parallel world size must divide num heads.`), or a check
+    that names only numbers or the GPU count (0.5: Megatron's ensure_divisibility, `151851
+    is not divisible by 4`; `real_train_batch_size (12) must be divisible by total n_gpus
+    (8)`), accelerate's
     `the batch size (6) needs to be a round multiple of the number of processes (4)` (0.7)
     and `ParallelismConfig total_size (8) does not match num_processes (4)` (0.85);
     Lightning's `You set devices=4 and num_nodes=2 in Lightning, but the product (4 * 2) does
@@ -269,8 +272,9 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
 
 def _parallel_size_fits(evidence: EvidenceSet, named: bool) -> list[Found]:
     """A quantity of the model or the batch that a parallel size does not divide, in a
-    framework's own check (0.7; the model dimensions the specific wording names read at 0.8),
-    and accelerate's batch against the number of processes (0.7)."""
+    framework's own check (0.7; the model dimensions the specific wording names read at 0.8;
+    a check that names only numbers or the GPU count, 0.5), and accelerate's batch against
+    the number of processes (0.7)."""
     found: list[Found] = []
     items = [] if named else signals(evidence, "setup.not_divisible_by_parallel_size")
     if items:
@@ -282,6 +286,14 @@ def _parallel_size_fits(evidence: EvidenceSet, named: bool) -> list[Found]:
             subject = subject if re.search(r"[A-Za-z]", subject) else "a quantity of the model"
             what = f"{subject} does not split evenly over the {fields['size']}"
         found.append((0.7, what, items, _FIX_DIVIDES))
+    counts = [] if named or items else signals(evidence, "setup.count_not_divisible")
+    if counts:
+        fields = counts[0][1].fields
+        what = (
+            f"{fields['quantity'].strip()} does not divide evenly by {fields['divisor'].strip()}:"
+            " a count the parallel layout splits"
+        )
+        found.append((0.5, what, counts, _FIX_DIVIDES))
     batch = signals(evidence, "setup.batch_not_multiple_of_processes")
     if batch:
         fields = batch[0][1].fields
