@@ -124,3 +124,17 @@ def test_words_about_errors_are_no_error_line(tmp_path: Path, line: str) -> None
     found = analyze_files(tmp_path, {"rank0.log": f"{line}\n"}).hypotheses
     # a logger's line may be where a log stopped; none is read as an error
     assert [h.rule_id for h in found if h.rule_id != "logs.log_stops"] == []
+
+
+def test_an_exception_line_pytest_marked_is_an_exception(tmp_path: Path) -> None:
+    """A test run's output pasted into a report marks the exception's lines with `E`
+    (facebookresearch/fairscale#1173: an all-gather of a non-contiguous tensor)."""
+    text = (
+        "    work = group.allgather([tensor_list], [tensor])\n"
+        "E       ValueError: Tensors must be contiguous\n"
+    )
+    log = tmp_path / "pytest.log"
+    log.write_text(text)
+    assert [(r.exception, r.message) for r in scan_file(log).tracebacks] == [
+        ("ValueError", "Tensors must be contiguous")
+    ]

@@ -70,13 +70,18 @@ _IPY_ARROW = re.compile(r"^-*> ?(?P<line>\d+)\b")
 _IPY_CONTEXT = re.compile(r"^(?:\d+\b|\.\.\.|-+$|$)")
 _REPORT_ENTRY = re.compile(r"^\[\d+\]:\s*$")
 _REPORT_FIELD = re.compile(r"^\s+(?P<key>[a-z_]+)\s*:\s?(?P<value>.*)$")
+#: pytest marks the lines of a failure's exception with `E` and spaces (`E       RuntimeError:
+#: ...`): a test run's output pasted into a report.
+_PYTEST_MARK = r"(?:E {2,})?"
 _EXC_LINE = re.compile(
-    rf"^(?P<type>{_QUALIFIED}(?:Error|Exception|Interrupt|Exit|Warning|Failure))"
+    rf"^{_PYTEST_MARK}(?P<type>{_QUALIFIED}(?:Error|Exception|Interrupt|Exit|Warning|Failure))"
     r"(?::\s?(?P<msg>.*))?$"
 )
 #: An exception line with no traceback above it, as a report pastes a traceback's last
 #: line: errors only (a bare `UserWarning:` line is no failure, `KeyboardInterrupt` a stop).
-_BARE_EXC = re.compile(rf"^(?P<type>{_QUALIFIED}(?:Error|Exception)): ?(?P<msg>\S.*)$")
+_BARE_EXC = re.compile(
+    rf"^{_PYTEST_MARK}(?P<type>{_QUALIFIED}(?:Error|Exception)): ?(?P<msg>\S.*)$"
+)
 #: Text without which a line opens no block: with nothing open, it is skipped at once (a log
 #: of a million WARN lines pays one search a line, not every block pattern).
 _MAY_OPEN = re.compile(

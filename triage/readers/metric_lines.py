@@ -33,3 +33,26 @@ def metric_in(line: str) -> str | None:
     """The first metric's name in the line, or None."""
     found = METRIC.search(line)
     return found["metric"] if found else None
+
+
+#: A printed tensor (`tensor([0., 0., 0.0078], device='cuda:0')`, a DTensor's local value).
+_TENSOR = re.compile(r"\b(?:D?Tensor)\((?:\[|local_tensor=)?\s*-?\d")
+_TOKEN = re.compile(r"[^\s|,;()\[\]]+")
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?%?")
+#: A logger's line (its level, a process tag) or a progress bar is the program's record of
+#: itself, not a value it printed.
+_LOGGED = re.compile(r"\b(?:INFO|WARN(?:ING)?|DEBUG|ERROR)\b|Warning\b|\bpid=\d|\d%\||\bit/s\b")
+
+
+def values_in(line: str) -> bool:
+    """Whether the line is values a program printed: a metric, a tensor, or a row that is
+    mostly numbers (a results table's `456 | 2.249 | 76.35`), not a logger's line."""
+    if metric_in(line):
+        return True
+    if _LOGGED.search(line):
+        return False
+    if _TENSOR.search(line):
+        return True
+    tokens = _TOKEN.findall(line)
+    numbers = sum(1 for token in tokens if _NUMBER.fullmatch(token))
+    return numbers >= 3 and numbers >= 0.6 * len(tokens)

@@ -1,4 +1,5 @@
-"""wrong.unknown from logs: the text holds the job's metrics and nothing that failed."""
+"""wrong.unknown from logs: the text holds the job's metrics or printed values and nothing
+that failed."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.observations import LogFile
-from triage.readers.metric_lines import metric_in
+from triage.readers.metric_lines import metric_in, values_in
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._signals import shows_failure
+from triage.rules.logs._signals import shows_failure, signals
 
 
 @rule("logs.metrics_only", "wrong.unknown", without_failure=True)
@@ -17,8 +18,11 @@ def metrics_only(evidence: EvidenceSet) -> Iterator[Finding]:
 
     What it detects:
     A log whose last lines hold a metric (`loss: 1.44 | grad_norm: 4.73`, `Acc@1 69.76`, `Mean
-    SISNR is 6.2`, COCO's `Average Precision (AP) ... = 0.356`), in text without a
-    traceback, an error, a timeout or any other failure line.
+    SISNR is 6.2`, COCO's `Average Precision (AP) ... = 0.356`) or other values a program
+    printed (a tensor, a row of a results table that is mostly
+    numbers; not in text with NCCL's lines, whose channel lists and nccl-tests' tables are
+    rows of numbers too), in text without a traceback, an error, a timeout or any other
+    failure line.
 
     Why it happens:
     Numbers pasted on their own are what a person shows when the run finished but its
@@ -46,11 +50,13 @@ def metrics_only(evidence: EvidenceSet) -> Iterator[Finding]:
     """
     if shows_failure(evidence):
         return
+    # NCCL's own lines and nccl-tests' tables are rows of numbers too: only a metric counts
+    printed = metric_in if _nccl_lines(evidence) else values_in
     ending = [
         (item, line)
         for item, log in evidence.payloads(LogFile)
         for line in reversed(log.tail or [log.last_line])
-        if metric_in(line)
+        if printed(line)
     ]
     if not ending:
         return
@@ -70,3 +76,7 @@ def metrics_only(evidence: EvidenceSet) -> Iterator[Finding]:
         confirm="if the job stopped printing rather than printing wrong numbers, it is a hang:"
         " run `triage hang` on it",
     )
+
+
+def _nccl_lines(evidence: EvidenceSet) -> bool:
+    return any(s.signature.startswith("nccl.") for _, s in signals(evidence))
