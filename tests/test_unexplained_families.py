@@ -121,3 +121,37 @@ def test_a_failure_in_plain_words_beside_a_crash_adds_nothing(tmp_path: Path) ->
     """`Aborted` is a plain failure word; the crash's own reading says more."""
     report = analyze_files(tmp_path, {"rank0.log": "Aborted (core dumped)\n"})
     assert [h.rule_id for h in report.hypotheses] == ["logs.rank_crashed"]
+
+
+#: A development case of the corpus (DETR on 8 GPUs): one rank's data file is missing, the
+#: seven others spin at 100% waiting for it. Read alone, the exception is a setup guess first.
+MISSING_FILE = (
+    "FileNotFoundError: [Errno 2] No such file or directory: '/data/coco/train2017/000000.jpg'"
+)
+
+
+def test_the_reported_hang_settles_which_last_resort_stands_first(tmp_path: Path) -> None:
+    """An exception on one rank is the rank whose exit its peers waited for only if the job
+    hung: the user saying so puts that reading first."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    alone = analyze_files(tmp_path / "a", {"rank3.log": MISSING_FILE}).hypotheses
+    assert [h.cause_id for h in alone] == ["config.unknown", "hang.rank_exited"]
+    hung = analyze_files(tmp_path / "b", {"rank3.log": MISSING_FILE}, symptom="hang").hypotheses
+    assert [(h.cause_id, h.confidence) for h in hung] == [
+        ("hang.rank_exited", 0.25),
+        ("config.unknown", 0.12),
+    ]
+
+
+def test_the_reported_symptoms_unknown_stands_beside_another_familys_last_resort(
+    tmp_path: Path,
+) -> None:
+    found = analyze_files(tmp_path, {"rank3.log": MISSING_FILE}, symptom="oom").hypotheses
+    assert [h.cause_id for h in found] == ["config.unknown", "hang.rank_exited", "oom.unknown"]
+
+
+def test_a_named_symptom_leaves_a_reading_of_a_failure_as_it_is(tmp_path: Path) -> None:
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    found = analyze_files(tmp_path, {"rank0.log": oom}, symptom="hang").hypotheses
+    assert found[0].cause_id.startswith("oom.") and found[0].confidence != 0.25

@@ -199,7 +199,9 @@ def decide(playbook: Playbook, report: Report) -> Report:
     weighed, whatever the symptom: a hang is often a transport's fault (peer access, an
     InfiniBand link, /dev/shm) and a communication error a rank's own; the symptom chose the
     tools that gathered the evidence, and its family's unknown is the answer when nothing
-    reads (the rules that read the kinds of evidence gathered are imported first)."""
+    reads. Where only last resorts read the text, the named symptom settles which of them
+    stands first (SYMPTOM_CONFIRMS), and its unknown stands beside them when none is of its
+    family (the rules that read the kinds of evidence gathered are imported first)."""
     load_rules(rule_families(["*"]), {e.kind for e in report.evidence})
     evidence = EvidenceSet(report.evidence)
     findings: list[Finding] = []
@@ -208,15 +210,35 @@ def decide(playbook: Playbook, report: Report) -> Report:
     except Exception as exc:  # a rule bug must not lose the evidence already gathered
         report.notes.append(f"rule evaluation failed: {type(exc).__name__}: {exc}")
     findings = [f for f in findings if _fits_symptom(f, playbook)]
+    named = playbook.symptom != UNKNOWN_SYMPTOM
+    last_resorts_only = named and all(_last_resort(f) or _guess(f) for f in findings)
+    if last_resorts_only:
+        findings = [_confirmed(f, playbook.symptom) for f in findings]
     own = any(symptom_of(f.cause_id) == playbook.symptom for f in findings)
-    if playbook.fallback_cause and not own and all(_guess(f) for f in findings):
-        # nothing read a failure (or only guessed its family, below HAND_OVER_MIN): the named
+    if playbook.fallback_cause and not own and (last_resorts_only or all(map(_guess, findings))):
+        # nothing read a failure (or only guessed its family from generic words): the named
         # symptom's unknown stands beside what context says
         findings.append(_fallback(playbook, report))
     report.hypotheses = rank(findings)
     report.rank_groups = group_ranks(evidence)
     report.next_steps = _next_steps(playbook, report)
     return report
+
+
+#: A last resort's reading of the family the user named is this confident at least: the
+#: symptom is the condition the reading waited on (an exception on one rank is the rank
+#: whose exit its peers waited for only if the job hung), so it ranks above the last
+#: resorts of other families, which guess a family from generic words alone.
+SYMPTOM_CONFIRMS = 0.25
+
+
+def _confirmed(finding: Finding, symptom: str) -> Finding:
+    """A last-resort finding of the named symptom's family, raised to SYMPTOM_CONFIRMS."""
+    if not (_last_resort(finding) and symptom_of(finding.cause_id) == symptom):
+        return finding
+    if finding.confidence >= SYMPTOM_CONFIRMS:
+        return finding
+    return finding.model_copy(update={"confidence": SYMPTOM_CONFIRMS})
 
 
 #: A verdict below this names no symptom: its family is itself a guess (a failure whose
