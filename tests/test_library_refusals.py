@@ -594,3 +594,22 @@ def test_a_count_the_layout_splits_unevenly(tmp_path: Path, line: str, cause: st
     top = analyze_files(tmp_path, {"rank0.log": line + "\n"}).hypotheses[0]
     assert top.cause_id == cause
     assert top.confidence <= 0.5
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # verl-project/verl#1004 (Megatron's virtual pipeline; its words run 'stage' and
+        # 'should' together)
+        "ValueError: The number of contiguous micro-batches in a virtual pipeline"
+        " stageshould range in [PP=2 , M=1]",
+        # huggingface/nanotron#347
+        "[rank0]: AssertionError: Number of microbatches (1) must be at least PP_SIZE-1=7"
+        " when using the OneForwardOneBackwardPipelineEngine",
+    ],
+    ids=["megatron-vpp", "nanotron-1f1b"],
+)
+def test_a_pipeline_with_too_few_micro_batches(tmp_path: Path, line: str) -> None:
+    top = analyze_files(tmp_path, {"rank0.log": line + "\n"}).hypotheses[0]
+    assert (top.cause_id, top.confidence) == ("config.world_size_mismatch", 0.6)
+    assert "micro-batches" in top.title and "pipeline-parallel size" in top.fix

@@ -414,6 +414,17 @@ signature(
 
 # torch.distributed.pipelining (and PiPPy before it): a pipeline stage per rank of the
 # pipe group, and the model was cut into fewer (no split_spec / pipe_split points).
+# A pipeline schedule given fewer micro-batches than its stages need: Megatron's `The number
+# of contiguous micro-batches in a virtual pipeline stage should range in [PP=2 , M=1]`,
+# nanotron's `Number of microbatches (1) must be at least PP_SIZE-1=7`.
+signature(
+    "setup.microbatches_for_pipeline",
+    r"(?i)\b(?:number of (?:contiguous )?micro-?batch\w*|n(?:b|um)_micro_?batch\w*)"
+    r"[^\n]{0,80}?(?:must|should)\b[^\n]{0,40}?\b(?:PP(?:_SIZE)?\b|pipeline)",
+    anchors=("micro-batches", "microbatches", "micro_batches", "Micro-batches", "Microbatches"),
+    summary="the pipeline schedule has fewer micro-batches than its stages need",
+)
+
 signature(
     "setup.pipeline_stages_fewer",
     r"Pipeline group size (?P<group_size>\d+) cannot be larger than number of stages"

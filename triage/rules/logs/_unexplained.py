@@ -29,13 +29,16 @@ from triage.rules.logs._signals import (
 _PLAIN = frozenset({"generic.failure_words"})
 
 #: The family a failure's words point to, the first that matches: a transport's words first
-#: (a socket that timed out is the transport's), then a wait, then memory.
+#: (a socket that timed out is the transport's; shared memory is /dev/shm), then a wait,
+#: then memory.
 _FAMILIES = (
     (
         "comm",
         re.compile(
             r"(?i)socket|connect|transport|nccl|gloo|hccl|rccl|\bccl|\bmpi|rendezvous|\bpeers?\b|"
-            r"network|\bnic\b|\bib\b|ibv|rdma|\bqp\b|fabric|handshake|\bofi\b|\befa\b|broken pipe"
+            r"network|\bnic\b|\bib\b|ibv|rdma|\bqp\b|fabric|handshake|\bofi\b|\befa\b|broken pipe|"
+            # shared memory is /dev/shm, which NCCL and the data loader's workers pass data in
+            r"shared memory|/dev/shm|\bshm\b"
         ),
     ),
     (

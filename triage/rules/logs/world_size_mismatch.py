@@ -84,6 +84,12 @@ _FIX_BUFFERS = (
     " split sizes that sum to the tensor's first dimension."
 )
 
+_FIX_MICROBATCHES = (
+    "Give the pipeline at least as many micro-batches per step as its schedule needs (at"
+    " least the pipeline-parallel size; global batch / (micro batch x data-parallel size)),"
+    " by raising the global batch or gradient accumulation, or lowering the micro batch or the"
+    " pipeline-parallel size; the data-parallel size changes with the GPU count."
+)
 _FIX_STAGES = (
     "Cut the model into one stage per rank of the pipeline group: pass split_spec (or place"
     " pipe_split() points) to pipeline() so it yields as many stages as the group has ranks"
@@ -142,7 +148,10 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
     list at index 0 (expected length 1, got 2)`, all_to_all's `Split sizes doesn't match
     total dim 0 size`);
     torch.distributed.pipelining's `Pipeline group size 4 cannot be larger than number of
-    stages 1` (0.75: the model was not split, or into fewer stages than ranks);
+    stages 1` (0.75: the model was not split, or into fewer stages than ranks); a pipeline
+    schedule with fewer micro-batches than it needs (0.6: Megatron's `number of contiguous
+    micro-batches in a virtual pipeline stage should range in [PP=2 , M=1]`, nanotron's
+    `Number of microbatches (1) must be at least PP_SIZE-1=7`);
     a sharded dimension its mesh dimension does not divide (0.6: DTensor's `Cannot flatten
     unevenly sharded tensor: dimension 0 (size 7) is not evenly divisible by mesh dimension
     0 (size 2)`, `Global dim 13 not divisible by mesh size 2`, FSDP2's `does not support
@@ -218,6 +227,10 @@ def world_size_mismatch(evidence: EvidenceSet) -> Iterator[Finding]:
             f" {fields['stages']} stage(s)"
         )
         found.append((0.75, what, stages, _FIX_STAGES))
+    micro = signals(evidence, "setup.microbatches_for_pipeline")
+    if micro:
+        what = "the pipeline schedule has fewer micro-batches than its stages need"
+        found.append((0.6, what, micro, _FIX_MICROBATCHES))
     uneven = signals(evidence, "setup.dim_not_divisible_by_mesh")
     if uneven:
         what = "a sharded tensor dimension does not divide evenly over its mesh dimension's ranks"
