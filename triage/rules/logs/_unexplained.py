@@ -45,12 +45,25 @@ _FAMILIES = (
         "hang",
         re.compile(
             r"(?i)time[sd]? ?out|timeout|deadline|stuck|\bstall(?:ed|s|ing)?\b|did not return|"
-            r"not responding|"
-            r"\bhang|\bhung"
+            r"not responding|\bhang|\bhung"
         ),
     ),
     ("oom", re.compile(r"(?i)memory|\boom\b|alloc|RESOURCE_EXHAUSTED")),
 )
+
+#: Exceptions whose type says the family, whatever their message's words: a missing module,
+#: key, file or attribute is the setup's, however often it names NCCL or MPI.
+_TYPES = (
+    (
+        "config",
+        re.compile(
+            r"^(?:\w+\.)*(?:Import|ModuleNotFound|Key|FileNotFound|Attribute|Name|Type)Error\b"
+        ),
+    ),
+    ("hang", re.compile(r"^(?:\w+\.)*\w*Timeout(?:Error|Exception)?\b")),
+    ("comm", re.compile(r"^(?:\w+\.)*(?:Connection\w*|BrokenPipe)Error\b")),
+)
+
 
 #: A failure named only by these lines' own words, exception or not, is this confident: the
 #: family is a guess from generic words. A line without an exception is weaker still.
@@ -69,20 +82,6 @@ class Unexplained:
     ranks: list[int]
     location: Location | None
     confidence: float
-
-
-#: Exceptions whose type says the family, whatever their message's words: a missing module,
-#: key, file or attribute is the setup's, however often it names NCCL or MPI.
-_TYPES = (
-    (
-        "config",
-        re.compile(
-            r"^(?:\w+\.)*(?:Import|ModuleNotFound|Key|FileNotFound|Attribute|Name|Type)Error\b"
-        ),
-    ),
-    ("hang", re.compile(r"^(?:\w+\.)*\w*Timeout(?:Error|Exception)?\b")),
-    ("comm", re.compile(r"^(?:\w+\.)*(?:Connection\w*|BrokenPipe)Error\b")),
-)
 
 
 def family_of(text: str) -> str:
