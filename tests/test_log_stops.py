@@ -62,3 +62,33 @@ def test_metrics_that_end_a_log_rank_the_wrong_results_reading_first(tmp_path: P
     text = "2024-01-02 10:00:00 INFO step 100 loss: 2.31 grad_norm: 1.2\n"
     found = [(h.cause_id, h.rule_id) for h in analyze_files(tmp_path, {"t.log": text}).hypotheses]
     assert found[:2] == [("wrong.unknown", "logs.metrics_only"), ("hang.unknown", "logs.log_stops")]
+
+
+def test_a_record_a_logger_line_opened_is_where_it_stopped(tmp_path: Path) -> None:
+    """torch 1.10's ProcessGroupNCCL prints its options below the line that announces them
+    (a development case: a broadcast only rank 0 enters, the log stops in that block)."""
+    text = (
+        "I1028 12:13:38.412766 632325 ProcessGroupNCCL.cpp:666] [Rank 1] ProcessGroupNCCL"
+        " initialized with following options:\n"
+        "NCCL_ASYNC_ERROR_HANDLING: 1\n"
+        "NCCL_DESYNC_DEBUG: 0\n"
+        "TIMEOUT(ms): 5000\n"
+    )
+    top = analyze_files(tmp_path, {"rank1.log": text}).hypotheses[0]
+    assert (top.cause_id, top.rule_id) == ("hang.unknown", "logs.log_stops")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # the record's opening line says the run ended
+        "2021-11-24 09:00:01,000 INFO Training finished, summary:\nloss: 0.12\n",
+        # `KEY: value` lines below a line that opened nothing
+        "2021-11-24 09:00:01,000 INFO start training\nloss: 0.12\n",
+        # lines that continue no record
+        "2021-11-24 09:00:01,000 INFO options:\n8 7 6 5\n",
+    ],
+)
+def test_a_record_that_ended_or_continues_nothing_is_no_stop(tmp_path: Path, text: str) -> None:
+    report = analyze_files(tmp_path, {"train.log": text})
+    assert "logs.log_stops" not in [h.rule_id for h in report.hypotheses]

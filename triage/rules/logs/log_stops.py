@@ -31,8 +31,9 @@ def log_stops(evidence: EvidenceSet) -> Iterator[Finding]:
     What it detects:
     A log whose last line is a logger's line (a timestamp or a level word: `2021-11-24
     08:11:55,957 INFO training on multiple gpus`, `[2025-02-22 08:21:43 TP31] Load weight
-    end.`) that says nothing ended (no done, finished, saved, exit, error), in text that
-    shows no failure anywhere.
+    end.`), or the `KEY: value` lines of a record such a line opened with a colon (torch's
+    `ProcessGroupNCCL initialized with following options:`), that says nothing ended (no
+    done, finished, saved, exit, error), in text that shows no failure anywhere.
 
     Why it happens:
     A job that hangs prints nothing more: its log simply stops at the last thing it did
@@ -64,9 +65,30 @@ def log_stops(evidence: EvidenceSet) -> Iterator[Finding]:
     yield _finding(item, log, len(stopped))
 
 
+#: A line that continues a logger's record below it: `KEY: value`, or indented.
+_CONTINUES = re.compile(r"^(?:\s+\S|[\w.()/ -]{1,60}:\s*\S)")
+#: A record's continuation lines read as part of its last logger line, at most this many.
+_RECORD_LINES = 8
+
+
 def _stops(log: LogFile) -> bool:
-    last = log.last_line.strip()
-    return bool(last) and _LOGGER_LINE.search(last) is not None and not _ENDED.search(last)
+    """The log ends on a logger's line, or on the `KEY: value` lines of a record a logger's
+    line opened (`ProcessGroupNCCL initialized with following options:`), that say nothing
+    ended."""
+    tail = [line.strip() for line in (log.tail or [log.last_line]) if line.strip()]
+    if not tail:
+        return False
+    record = [tail[-1]]
+    while not _LOGGER_LINE.search(record[0]) and len(record) <= _RECORD_LINES:
+        if len(record) == len(tail) or not _CONTINUES.match(record[0]):
+            return False
+        record.insert(0, tail[-len(record) - 1])
+    opened = len(record) == 1 or record[0].endswith(":")
+    return (
+        opened
+        and _LOGGER_LINE.search(record[0]) is not None
+        and not any(_ENDED.search(line) for line in record)
+    )
 
 
 def _finding(item: Evidence, log: LogFile, logs: int) -> Finding:
