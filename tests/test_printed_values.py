@@ -23,8 +23,11 @@ from triage.readers.metric_lines import values_in
         "| Sum/Avg |12612  89635 | 62.7   27.6    9.8    3.8   41.1   64.8 |",
         "456 | 2.249339835984370 | 1.0110450189209000 | 76.3519998852539 | 92.94199993652340",
         "tensor([0, 1, 2, 3], device='cuda:0')",
+        # a development case: an all-gather's fp16 inputs into fp32 outputs, printed per rank
+        "Tensor on rank 0: tensor([[0., 0., 0., 0., 0.]], device='cuda:0', dtype=torch.float16)\n"
+        "From GPU 0: tensor([[0.0000, 0.0000, 0.0078, 0.0078, 0.0078]], device='cuda:0')",
     ],
-    ids=["wer-table", "results-row", "tensor"],
+    ids=["wer-table", "results-row", "tensor", "nested-tensor"],
 )
 def test_printed_values_alone_are_a_weak_wrong_results_reading(tmp_path: Path, text: str) -> None:
     [top] = analyze_files(tmp_path, {"results.txt": text + "\n"}).hypotheses

@@ -36,7 +36,7 @@ def metric_in(line: str) -> str | None:
 
 
 #: A printed tensor (`tensor([0., 0., 0.0078], device='cuda:0')`, a DTensor's local value).
-_TENSOR = re.compile(r"\b(?:D?Tensor)\((?:\[|local_tensor=)?\s*-?\d")
+_TENSOR = re.compile(r"\b(?:D?Tensor|tensor)\((?:\[+|local_tensor=)?\s*-?\d")
 _TOKEN = re.compile(r"[^\s|,;()\[\]]+")
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?%?")
 #: A logger's line (its level, a process tag) or a progress bar is the program's record of
