@@ -84,7 +84,7 @@ class Unexplained:
     confidence: float
 
 
-def family_of(text: str) -> str:
+def _family_of(text: str) -> str:
     """The family a failure's words point to (an exception's type first); `config` when
     they point to none."""
     for family, words in (*_TYPES, *_FAMILIES):
@@ -107,7 +107,7 @@ def _first_failure(evidence: EvidenceSet) -> Unexplained | None:
         text, where = exception_line(first)
         frame = first.user_frame
         return Unexplained(
-            family=family_of(text),
+            family=_family_of(text),
             seen=f"`{text[:200]}`{where}",
             exception=text,
             item=item,
@@ -134,14 +134,14 @@ def _first_failure(evidence: EvidenceSet) -> Unexplained | None:
         ("generic.error_line", "an error line no rule reads"),
         ("generic.failure_words", "a line that says something failed, which no rule reads"),
     ):
-        lines = signals(evidence, name)
         if name == "generic.failure_words" and shows_failure(evidence, besides=_PLAIN):
-            continue  # another line shows the failure (`Aborted (core dumped)`: a crash)
+            break  # another line shows the failure (`Aborted (core dumped)`: a crash)
+        lines = signals(evidence, name)
         if lines:
             item, line = lines[0]
             text = line.text.strip()
             return Unexplained(
-                family=family_of(text),
+                family=_family_of(text),
                 seen=f"{what}: `{text[:160]}`",
                 exception=None,
                 item=item,

@@ -6,8 +6,7 @@ from collections.abc import Iterator
 
 from triage.models import Finding
 from triage.registry import EvidenceSet, rule
-from triage.rules.logs._signals import exception_line, first_exception, ranks_of
-from triage.rules.logs._unexplained import family_of
+from triage.rules.logs._unexplained import unexplained
 
 
 @rule("logs.rank_raised", "hang.rank_exited", last_resort=True)
@@ -46,25 +45,21 @@ def rank_raised(evidence: EvidenceSet) -> Iterator[Finding]:
     References:
     https://pytorch.org/docs/stable/elastic/errors.html
     """
-    found = first_exception(evidence)
-    if found is None:
-        return
-    item, first = found
-    text, where = exception_line(first)
-    if family_of(text) == "hang":
+    failure = unexplained(evidence)
+    if failure is None or failure.exception is None or failure.family == "hang":
         return  # a wait that ran out is a symptom of the rank it waited for
-    who = f"rank {first.rank}" if first.rank is not None else "the rank that raised it"
-    frame = first.user_frame
+    text = failure.exception
+    who = f"rank {failure.ranks[0]}" if failure.ranks else "the rank that raised it"
     yield Finding(
         title=f"an exception ended {who}: {text[:100]}",
-        summary=f"`{text[:200]}`{where} ended {who}. In a distributed job its peers then wait"
+        summary=f"{failure.seen} ended {who}. In a distributed job its peers then wait"
         " for it in their next collective until a timeout or the launcher stops them: if"
         " the job hung, this exception is the cause. If every rank raised it alike, it is"
         " a setup error instead.",
-        ranks=ranks_of([first]),
-        location=frame.location() if frame else None,
+        ranks=failure.ranks,
+        location=failure.location,
         confidence=0.11,
-        evidence=[item.id],
+        evidence=[failure.item.id],
         fix="Fix the exception at its user frame, and make what it read present and"
         " non-empty on every rank (a file on every node, a shard for every rank).",
         confirm="the other ranks' stacks or logs: waiting in a collective (this rank exited"
